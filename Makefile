@@ -1,0 +1,124 @@
+# kvmstats: `make` builds build/kvmstats, `make test` runs every test.
+# Missing Debian packages are installed first (as root) or named (otherwise).
+
+VERSION := 0.1.0
+SOVER := 0
+CC ?= cc
+O ?= build
+PREFIX ?= /usr/local
+DESTDIR ?=
+SAN ?=
+
+PKGS := json-c ncursesw libmicrohttpd libcap-ng zlib
+HAVE_LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo 1)
+ifeq ($(HAVE_LIBVIRT),1)
+PKGS += libvirt
+endif
+
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wno-missing-field-initializers \
+	  -D_GNU_SOURCE -DKVMSTATS_VERSION='"$(VERSION)"' -Iinclude
+ifneq ($(SAN),)
+CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=$(SAN)
+endif
+ifeq ($(HAVE_LIBVIRT),1)
+CFLAGS += -DHAVE_LIBVIRT=1
+endif
+LIB_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
+CLI_CFLAGS = $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CLI_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+
+LIB_SRC := $(wildcard lib/*.c)
+CLI_SRC := $(wildcard cli/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(O)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(O)/%.o)
+HDRS := $(wildcard include/*.h lib/*.h cli/*.h)
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(O)/bench/%)
+
+all: deps $(O)/kvmstats $(O)/libkvmstats.so $(O)/libkvmstats.pc $(O)/tinyvmm
+
+deps:
+	@scripts/deps.sh build
+
+test-deps:
+	@scripts/deps.sh test
+
+$(O)/lib/%.o: lib/%.c $(HDRS) | $(O)/lib
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
+
+$(O)/cli/%.o: cli/%.c $(HDRS) | $(O)/cli
+	$(CC) $(CLI_CFLAGS) -Icli -c $< -o $@
+
+$(O)/libkvmstats.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(O)/libkvmstats.so: $(LIB_OBJ) lib/libkvmstats.map
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvmstats.so.$(SOVER) \
+		-Wl,--version-script=lib/libkvmstats.map -o $@.$(VERSION) $(LIB_OBJ) -lm
+	ln -sf libkvmstats.so.$(VERSION) $@.$(SOVER)
+	ln -sf libkvmstats.so.$(VERSION) $@
+
+$(O)/libkvmstats.pc: lib/libkvmstats.pc.in | $(O)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(O)/kvmstats: $(CLI_OBJ) $(O)/libkvmstats.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(O)/libkvmstats.a $(CLI_LIBS)
+
+-include tests/vmm/Makefile.inc
+
+$(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
+	$(CC) $(CFLAGS) -Itests/unit $< -o $@ $(O)/libkvmstats.a -lcmocka -lm
+
+$(O)/bench/%: bench/%.c $(O)/libkvmstats.a | $(O)/bench
+	$(CC) $(CFLAGS) -O2 $< -o $@ $(O)/libkvmstats.a -lpthread -lm
+
+$(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
+	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude \
+		-fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ -lm
+
+$(O) $(O)/lib $(O)/cli $(O)/tests $(O)/bench $(O)/fuzz:
+	mkdir -p $@
+
+unit: $(UNIT_BIN)
+bench: all $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+# The whole suite: unit, CLI, fuzz, KVM and QEMU integration, and the
+# unit and CLI tests again under ASan+UBSan (in build-san/).
+test: test-deps all unit $(O)/fuzz/fuzz_image
+	$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
+		CFLAGS='-O1 -g' build-san/kvmstats unit
+	tests/run.sh
+
+demo: all
+	$(O)/kvmstats demo
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(O)/kvmstats $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 include/kvmstats.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(O)/libkvmstats.a $(DESTDIR)$(PREFIX)/lib/
+	cp -P $(O)/libkvmstats.so* $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(O)/libkvmstats.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 docs/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+
+format:
+	clang-format -i $(LIB_SRC) $(CLI_SRC) include/*.h lib/*.h cli/*.h \
+		tests/unit/*.c tests/vmm/*.c bench/*.c fuzz/*.c
+
+lint:
+	clang-tidy --quiet $(LIB_SRC) $(CLI_SRC) -- $(CLI_CFLAGS) -Icli
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+		--inline-suppr -Iinclude -Ilib -Icli --std=c11 lib cli
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all deps test-deps unit bench test demo install format lint clean

@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * kvmstats check: conformance of the running kernel's stats interface (on
+ * VMs and vCPUs it creates itself), or of image files.
+ *
+ * Every (target, rule) pair counts once: passed when the rule found no
+ * error on that target. Live rules only apply to live fds.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char check_usage[] =
+	"[--vms N] [--vcpus M] [--file IMAGE]... [--json] [--verbose]";
+
+struct check {
+	struct cli *cli;
+	int passed, failed;
+	struct json_object *targets;	/* JSON mode */
+};
+
+static void print_findings(struct check *c, const char *target,
+			   const struct kvmstats_report *r)
+{
+	for (size_t i = 0; i < kvmstats_report__count(r); i++) {
+		const struct kvmstats_finding *f = kvmstats_report__finding(r, i);
+		bool err = f->severity == KVMSTATS_SEV_ERROR;
+
+		if (!err && c->cli->verbose < 0)
+			continue;
+		printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", target, f->rule,
+		       f->msg);
+	}
+}
+
+static struct json_object *findings_json(const struct kvmstats_report *r)
+{
+	struct json_object *a = json_object_new_array();
+
+	for (size_t i = 0; i < kvmstats_report__count(r); i++) {
+		const struct kvmstats_finding *f = kvmstats_report__finding(r, i);
+		struct json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "rule", json_object_new_string(f->rule));
+		json_object_object_add(o, "severity", json_object_new_string(
+			f->severity == KVMSTATS_SEV_ERROR ? "error" : "warning"));
+		if (f->stat >= 0)
+			json_object_object_add(o, "stat", json_object_new_int(f->stat));
+		json_object_object_add(o, "message", json_object_new_string(f->msg));
+		json_object_array_add(a, o);
+	}
+	return a;
+}
+
+/* Count the rules that apply to this target and report its findings. */
+static void tally(struct check *c, const char *target,
+		  const struct kvmstats_report *r, bool live)
+{
+	int passed = 0, failed = 0;
+
+	for (const struct kvmstats_rule *rule = kvmstats_rules(); rule->name;
+	     rule++) {
+		if (rule->live && !live)
+			continue;
+		if (kvmstats_report__failed(r, rule->name))
+			failed++;
+		else
+			passed++;
+	}
+	c->passed += passed;
+	c->failed += failed;
+	if (c->cli->format != OUT_JSON) {
+		print_findings(c, target, r);
+		if (c->cli->verbose > 0)
+			printf("ok   %s: %d rules passed, %d failed\n", target, passed,
+			       failed);
+		return;
+	}
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "target", json_object_new_string(target));
+	json_object_object_add(o, "passed", json_object_new_int(passed));
+	json_object_object_add(o, "failed", json_object_new_int(failed));
+	json_object_object_add(o, "findings", findings_json(r));
+	json_object_array_add(c->targets, o);
+}
+
+static void check_file(struct check *c, const char *path)
+{
+	struct kvmstats_report *r = kvmstats_report__new();
+	unsigned char *buf = NULL;
+	size_t len = 0, cap = 0;
+	FILE *f = fopen(path, "rb");
+	char target[300];
+
+	snprintf(target, sizeof(target), "file %s", path);
+	if (!f || !r) {
+		cli_err(c->cli, "%s: %s", path, strerror(errno));
+		c->failed++;
+		goto out;
+	}
+	/* Bounded: anything over 16 MiB is rejected by the checks anyway. */
+	for (;;) {
+		if (len == cap) {
+			void *p;
+
+			if (cap > (16u << 20)) {
+				cli_err(c->cli, "%s: larger than any stats image", path);
+				c->failed++;
+				goto out;
+			}
+			p = realloc(buf, cap = cap ? cap * 2 : 65536);
+			if (!p)
+				goto out;
+			buf = p;
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+
+		len += n;
+		if (n == 0)
+			break;
+	}
+	kvmstats_image__validate(buf, len, r);
+	tally(c, target, r, false);
+out:
+	if (f)
+		fclose(f);
+	free(buf);
+	kvmstats_report__free(r);
+}
+
+/* ---- live checks ---------------------------------------------------- */
+
+struct live_target {
+	char name[32];
+	int obj_fd;	/* the VM or vCPU fd */
+	int stats_fd;
+	bool vm;
+};
+
+static int get_stats_fd(int obj_fd)
+{
+	return ioctl(obj_fd, KVM_GET_STATS_FD, NULL);
+}
+
+static void check_live(struct check *c, struct live_target *t,
+		       struct kvmstats_report *r)
+{
+	int dup_fd, second;
+
+	kvmstats_fd__check(t->stats_fd, r);
+	dup_fd = dup(t->stats_fd);
+	kvmstats_fd__compare(t->stats_fd, dup_fd, "read.dup", r);
+	if (dup_fd >= 0)
+		close(dup_fd);
+	second = get_stats_fd(t->obj_fd);
+	if (second < 0)
+		cli_err(c->cli, "%s: second KVM_GET_STATS_FD: %s", t->name,
+			strerror(errno));
+	kvmstats_fd__compare(t->stats_fd, second, "read.second_fd", r);
+	if (second >= 0)
+		close(second);
+}
+
+static int create_targets(struct check *c, int kvm, int nvms, int nvcpus,
+			  struct live_target *t)
+{
+	int n = 0;
+
+	for (int i = 0; i < nvms; i++) {
+		int vm = ioctl(kvm, KVM_CREATE_VM, 0);
+
+		if (vm < 0) {
+			cli_err(c->cli, "KVM_CREATE_VM: %s", strerror(errno));
+			return -1;
+		}
+		t[n] = (struct live_target){ .obj_fd = vm, .vm = true };
+		snprintf(t[n].name, sizeof(t[n].name), "vm%d", i);
+		t[n].stats_fd = get_stats_fd(vm);
+		n++;
+		for (int j = 0; j < nvcpus; j++) {
+			int fd = ioctl(vm, KVM_CREATE_VCPU, j);
+
+			if (fd < 0) {
+				cli_err(c->cli, "KVM_CREATE_VCPU: %s", strerror(errno));
+				return -1;
+			}
+			t[n] = (struct live_target){ .obj_fd = fd };
+			snprintf(t[n].name, sizeof(t[n].name), "vm%d/vcpu%d", i, j);
+			t[n].stats_fd = get_stats_fd(fd);
+			n++;
+		}
+	}
+	return n;
+}
+
+static int check_kernel(struct check *c, int nvms, int nvcpus)
+{
+	size_t max = (size_t)nvms * (nvcpus + 1);
+	struct live_target *t = calloc(max, sizeof(*t));
+	struct kvmstats_report **r = calloc(max, sizeof(*r));
+	int kvm, n = 0, ret = -1;
+
+	kvm = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (kvm < 0) {
+		cli_err(c->cli, "/dev/kvm: %s (no KVM here: nothing to check)",
+			strerror(errno));
+		goto out;
+	}
+	if (ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_BINARY_STATS_FD) <= 0) {
+		cli_err(c->cli, "this kernel has no KVM_CAP_BINARY_STATS_FD (Linux 5.14+)");
+		goto out;
+	}
+	if (!t || !r)
+		goto out;
+	n = create_targets(c, kvm, nvms, nvcpus, t);
+	if (n < 0)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		r[i] = kvmstats_report__new();
+		if (!r[i])
+			goto out;
+		if (t[i].stats_fd < 0) {
+			cli_err(c->cli, "%s: KVM_GET_STATS_FD: %s", t[i].name,
+				strerror(errno));
+			c->failed++;
+			continue;
+		}
+		check_live(c, &t[i], r[i]);
+	}
+	/* Close every VM and vCPU fd: the stats fds must still read. */
+	for (int i = n - 1; i >= 0; i--) {
+		close(t[i].obj_fd);
+		t[i].obj_fd = -1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct kvmstats_report *after = kvmstats_report__new();
+
+		if (t[i].stats_fd < 0 || !after) {
+			kvmstats_report__free(after);
+			continue;
+		}
+		if (kvmstats_fd__check(t[i].stats_fd, after) > 0) {
+			const struct kvmstats_finding *f =
+				kvmstats_report__finding(after, 0);
+
+			kvmstats_report__add(r[i], KVMSTATS_SEV_ERROR,
+					     "read.after_close", -1, "%s: %s",
+					     f ? f->rule : "?", f ? f->msg : "?");
+		}
+		kvmstats_report__free(after);
+		tally(c, t[i].name, r[i], true);
+	}
+	ret = 0;
+out:
+	for (int i = 0; i < n; i++) {
+		if (t[i].stats_fd >= 0)
+			close(t[i].stats_fd);
+		if (t[i].obj_fd >= 0)
+			close(t[i].obj_fd);
+		kvmstats_report__free(r[i]);
+	}
+	if (kvm >= 0)
+		close(kvm);
+	free(t);
+	free(r);
+	return ret;
+}
+
+int cmd_check(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		{ "vms", required_argument, NULL, 'n' },
+		{ "vcpus", required_argument, NULL, 'm' },
+		{ "file", required_argument, NULL, OPT_FILE },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct check c = { .cli = cli };
+	char **files = calloc((size_t)argc + 1, sizeof(*files));
+	long nvms = 2, nvcpus = 2;
+	size_t nfiles = 0;
+	int opt, ret = EXIT_USAGE;
+
+	if (!files)
+		return EXIT_FAIL;
+	while ((opt = getopt_long(argc, argv, "jvh", opts, NULL)) != -1) {
+		if (cli_format_opt(cli, opt))
+			continue;
+		switch (opt) {
+		case 'n':
+			if ((nvms = cli_parse_long(cli, "--vms", optarg, 1, 256)) < 0)
+				goto out;
+			break;
+		case 'm':
+			if ((nvcpus = cli_parse_long(cli, "--vcpus", optarg, 0, 64)) < 0)
+				goto out;
+			break;
+		case OPT_FILE:
+			files[nfiles++] = optarg;
+			break;
+		case 'v':
+			cli->verbose++;
+			break;
+		case 'h':
+			printf("usage: %s check %s\n", cli->prog, check_usage);
+			ret = EXIT_OK;
+			goto out;
+		default:
+			ret = cli_usage(cli, "check", check_usage);
+			goto out;
+		}
+	}
+	if (optind < argc) {
+		ret = cli_usage(cli, "check", check_usage);
+		goto out;
+	}
+	c.targets = json_object_new_array();
+	for (size_t i = 0; i < nfiles; i++)
+		check_file(&c, files[i]);
+	if (!nfiles && check_kernel(&c, (int)nvms, (int)nvcpus))
+		c.failed++;
+	if (cli->format == OUT_JSON) {
+		struct json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "targets", c.targets);
+		json_object_object_add(o, "passed", json_object_new_int(c.passed));
+		json_object_object_add(o, "failed", json_object_new_int(c.failed));
+		cli_print_json(cli, o);
+		json_object_put(o);
+	} else {
+		json_object_put(c.targets);
+		printf("%d passed, %d failed\n", c.passed, c.failed);
+	}
+	ret = c.failed ? EXIT_FAIL : EXIT_OK;
+out:
+	free(files);
+	return ret;
+}

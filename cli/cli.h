@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The kvmstats command line: shared pieces of the subcommands. */
+#ifndef KVMSTATS_CLI_H
+#define KVMSTATS_CLI_H
+
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdio.h>
+
+#include "kvmstats.h"
+
+/* Exit codes (documented in kvmstats(1)). */
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,	/* runtime failure, or `check` found a violation */
+	EXIT_USAGE = 2,
+};
+
+enum out_format {
+	OUT_TABLE,
+	OUT_JSON,
+	OUT_CSV,
+};
+
+/* Options every subcommand understands. */
+struct cli {
+	const char *prog;
+	enum out_format format;
+	bool pretty;
+	int verbose;
+	struct kvmstats_ctx *ctx;
+};
+
+struct cmd {
+	const char *name;
+	int (*fn)(struct cli *cli, int argc, char **argv);
+	const char *summary;
+};
+
+/* Errors go to stderr as "kvmstats: ..." whatever the output format, so
+ * that a JSON stream on stdout stays parseable. */
+void cli_err(const struct cli *cli, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void cli_warn(const struct cli *cli, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int cli_usage(const struct cli *cli, const char *cmd, const char *usage);
+
+/* Parse a positive integer argument; -1 on error (already reported). */
+long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
+		    long min, long max);
+/* Common format options: returns true when @c was one of them. */
+bool cli_format_opt(struct cli *cli, int c);
+#define CLI_FORMAT_LONGOPTS                                                    \
+	{ "json", no_argument, NULL, 'j' },                                    \
+	{ "csv", no_argument, NULL, 'C' },                                     \
+	{ "pretty", no_argument, NULL, 'P' }
+
+void cli_print_json(const struct cli *cli, struct json_object *o);
+
+/* ---- targets: what a command reads --------------------------------- */
+
+/* Long-only options share these codes in every command. */
+enum {
+	OPT_FILE = 0x100,
+	OPT_SOURCE,
+	OPT_ATTACH,
+	OPT_FORCE,
+	OPT_QMP,
+	OPT_LIBVIRT_URI,
+	OPT_CMD_BASE = 0x200,	/* a command's own long-only options */
+};
+
+/* The options that choose VMs, the same in every command (kvm_stat's
+ * -p/--pid and -g/--guest among them). */
+#define CLI_TARGET_LONGOPTS                                                    \
+	{ "pid", required_argument, NULL, 'p' },                               \
+	{ "name", required_argument, NULL, 'g' },                              \
+	{ "guest", required_argument, NULL, 'g' },                             \
+	{ "file", required_argument, NULL, OPT_FILE },                         \
+	{ "source", required_argument, NULL, OPT_SOURCE },                     \
+	{ "attach", no_argument, NULL, OPT_ATTACH },                           \
+	{ "force", no_argument, NULL, OPT_FORCE },                             \
+	{ "qmp", required_argument, NULL, OPT_QMP },                           \
+	{ "libvirt-uri", required_argument, NULL, OPT_LIBVIRT_URI }
+#define CLI_TARGET_SHORTOPTS "p:g:"
+#define CLI_TARGET_USAGE                                                       \
+	"[--pid PID]... [--name REGEX] [--source auto|fd|attach|qmp|libvirt|debugfs]\n" \
+	"       [--attach [--force]] [--qmp PATH] [--libvirt-uri URI]"
+
+#include <regex.h>
+
+struct target_args {
+	pid_t *pids;
+	size_t npids;
+	char **files;
+	size_t nfiles;
+	const char *source;
+	unsigned int flags;
+	const char *qmp;
+	const char *libvirt_uri;
+	regex_t name_re;
+	bool name_set;
+};
+
+int target_args_init(struct target_args *a, int argc);
+void target_args_free(struct target_args *a);
+/* 1: @c was a target option (consumed), 0: not one, -1: bad value. */
+int cli_target_opt(struct cli *cli, struct target_args *a, int c,
+		   const char *arg);
+/* A host object for these options (not refreshed yet). */
+struct kvmstats_host *target_host_new(struct cli *cli,
+				      const struct target_args *a);
+/* Does --name match this VMM? */
+bool target_selected(const struct target_args *a, struct kvmstats_vmm *v);
+/* Print the host's open errors (VMMs asked for by pid); returns count. */
+int target_report_errors(struct cli *cli, struct kvmstats_host *h);
+
+/* One reading's worth of targets: the host's VMMs (filtered) and files. */
+struct target_set {
+	struct kvmstats_host *host;
+	struct kvmstats_vmm **vmms;
+	size_t nvmms;
+	struct kvmstats_reader **files;
+	const char **paths;
+	size_t nfiles;
+	int failures;		/* targets that could not be opened */
+};
+
+int targets_open(struct cli *cli, struct target_set *t,
+		 const struct target_args *a);
+void targets_close(struct target_set *t);
+
+/* ---- rendering of one stat ---------------------------------------- */
+
+/* The raw kernel value as JSON: integer, boolean, or array. */
+struct json_object *stat_json(const struct kvmstats_stat *st,
+			      const uint64_t *v);
+/* Readable value: "1.25 s", "yes", "n=12 p50=3 us p99=1 ms". */
+void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
+		size_t len);
+/* A compact bar of a histogram's non-empty range, `width` cells. */
+void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
+	      size_t len, int width);
+
+/* ---- subcommands -------------------------------------------------- */
+int cmd_dump(struct cli *cli, int argc, char **argv);
+int cmd_check(struct cli *cli, int argc, char **argv);
+
+#endif

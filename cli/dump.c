@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * kvmstats dump: one reading of every VM and vCPU, as a table, JSON or
+ * CSV; optionally saved as image files.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char dump_usage[] =
+	"[--file IMAGE]... [--save DIR] [--json|--csv] [--pretty]\n       "
+	CLI_TARGET_USAGE;
+
+/* One target's reading: its reader and sample (NULL when the read
+ * failed, which was reported). */
+struct reading {
+	struct kvmstats_reader *r;
+	struct kvmstats_sample *smp;
+	int err;
+};
+
+/* Readings that failed; the others are printed all the same, and the
+ * exit status says one failed. */
+static int read_errors;
+
+static struct reading take(struct kvmstats_reader *r)
+{
+	struct reading rd = { .r = r };
+
+	if (!r)
+		return rd;
+	rd.smp = kvmstats_sample__new(kvmstats_reader__schema(r));
+	rd.err = rd.smp ? kvmstats_reader__read(r, rd.smp) : -ENOMEM;
+	if (rd.err)
+		read_errors++;
+	return rd;
+}
+
+static void drop(struct reading *rd)
+{
+	kvmstats_sample__free(rd->smp);
+	rd->smp = NULL;
+}
+
+static bool stat_missing(const struct reading *rd, const struct kvmstats_stat *st)
+{
+	const uint64_t *m = kvmstats_reader__missing(rd->r);
+	uint32_t i = kvmstats_stat__index(st);
+
+	return m && (m[i / 64] >> (i % 64)) & 1;
+}
+
+static struct json_object *stats_json(const struct reading *rd)
+{
+	struct json_object *o = json_object_new_object();
+	const struct kvmstats_schema *s;
+	const struct kvmstats_stat *st;
+
+	if (!rd->r || rd->err)
+		return o;
+	s = kvmstats_reader__schema(rd->r);
+	kvmstats_schema__for_each(st, s) {
+		struct json_object *v = NULL;
+
+		if (!stat_missing(rd, st))
+			v = stat_json(st, kvmstats_stat__values(st, rd->smp->data));
+		json_object_object_add(o, kvmstats_stat__name(st), v);
+	}
+	return o;
+}
+
+static void add_error(struct json_object *o, const struct reading *rd)
+{
+	if (rd->err)
+		json_object_object_add(o, "error",
+				       json_object_new_string(strerror(-rd->err)));
+}
+
+static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *vcpus = json_object_new_array();
+	struct reading rd = take(kvmstats_vm__reader(vm));
+
+	json_object_object_add(o, "pid", json_object_new_int(kvmstats_vmm__pid(v)));
+	json_object_object_add(o, "name", json_object_new_string(kvmstats_vmm__name(v)));
+	json_object_object_add(o, "id", rd.r ? json_object_new_string(
+						       kvmstats_reader__id(rd.r))
+					     : NULL);
+	json_object_object_add(o, "source",
+			       json_object_new_string(kvmstats_vmm__source(v)));
+	json_object_object_add(o, "stats", stats_json(&rd));
+	add_error(o, &rd);
+	drop(&rd);
+	for (size_t i = 0; i < kvmstats_vm__num_vcpus(vm); i++) {
+		struct json_object *c = json_object_new_object();
+		int index;
+		struct reading cr = take(kvmstats_vm__vcpu(vm, i, &index));
+
+		json_object_object_add(c, "index", json_object_new_int(index));
+		json_object_object_add(c, "id", json_object_new_string(
+							kvmstats_reader__id(cr.r)));
+		json_object_object_add(c, "stats", stats_json(&cr));
+		add_error(c, &cr);
+		drop(&cr);
+		json_object_array_add(vcpus, c);
+	}
+	json_object_object_add(o, "vcpus", vcpus);
+	return o;
+}
+
+static int print_json(struct cli *cli, struct target_set *t)
+{
+	struct json_object *root = json_object_new_object();
+	struct json_object *vms = json_object_new_array();
+	struct json_object *files = json_object_new_array();
+
+	for (size_t i = 0; i < t->nvmms; i++)
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(t->vmms[i]); j++)
+			json_object_array_add(vms, vm_json(t->vmms[i],
+					      kvmstats_vmm__vm(t->vmms[i], j)));
+	for (size_t i = 0; i < t->nfiles; i++) {
+		struct json_object *f = json_object_new_object();
+		struct reading rd = take(t->files[i]);
+
+		json_object_object_add(f, "path", json_object_new_string(t->paths[i]));
+		json_object_object_add(f, "id", json_object_new_string(
+							kvmstats_reader__id(rd.r)));
+		json_object_object_add(f, "stats", stats_json(&rd));
+		add_error(f, &rd);
+		drop(&rd);
+		json_object_array_add(files, f);
+	}
+	json_object_object_add(root, "vms", vms);
+	json_object_object_add(root, "files", files);
+	cli_print_json(cli, root);
+	json_object_put(root);
+	return 0;
+}
+
+/* ---- CSV: one row per value, lossless ------------------------------ */
+
+static void csv_reading(const struct reading *rd, pid_t pid, const char *name,
+			int vcpu)
+{
+	const struct kvmstats_stat *st;
+
+	if (!rd->r || rd->err)
+		return;
+	kvmstats_schema__for_each(st, kvmstats_reader__schema(rd->r)) {
+		const uint64_t *v = kvmstats_stat__values(st, rd->smp->data);
+		bool miss = stat_missing(rd, st);
+
+		for (uint32_t k = 0; k < kvmstats_stat__size(st); k++) {
+			printf("%d,%s,%s,", (int)pid, name, kvmstats_reader__id(rd->r));
+			if (vcpu >= 0)
+				printf("%d", vcpu);
+			printf(",%s,%u,", kvmstats_stat__name(st), k);
+			if (!miss)
+				printf("%llu", (unsigned long long)v[k]);
+			putchar('\n');
+		}
+	}
+}
+
+static int print_csv(struct target_set *t)
+{
+	/* Names come from /proc comm or -name; commas would break rows. */
+	puts("pid,name,id,vcpu,stat,index,value");
+	for (size_t i = 0; i < t->nvmms; i++) {
+		struct kvmstats_vmm *v = t->vmms[i];
+		char name[128];
+
+		snprintf(name, sizeof(name), "%s", kvmstats_vmm__name(v));
+		for (char *p = name; *p; p++)
+			if (*p == ',' || *p == '"' || *p == '\n')
+				*p = '_';
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			struct reading rd = take(kvmstats_vm__reader(vm));
+
+			csv_reading(&rd, kvmstats_vmm__pid(v), name, -1);
+			drop(&rd);
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
+				int index;
+				struct reading cr = take(kvmstats_vm__vcpu(vm, k, &index));
+
+				csv_reading(&cr, kvmstats_vmm__pid(v), name, index);
+				drop(&cr);
+			}
+		}
+	}
+	for (size_t i = 0; i < t->nfiles; i++) {
+		struct reading rd = take(t->files[i]);
+
+		csv_reading(&rd, 0, "", -1);
+		drop(&rd);
+	}
+	return 0;
+}
+
+/* ---- table -------------------------------------------------------- */
+
+#define COLS 4
+
+static bool is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
+static void value_cell(const struct reading *rd, const struct kvmstats_stat *st,
+		       char *buf, size_t len)
+{
+	if (rd->err)
+		snprintf(buf, len, "error");
+	else if (stat_missing(rd, st))
+		snprintf(buf, len, "n/a");
+	else
+		stat_human(st, kvmstats_stat__values(st, rd->smp->data), buf, len);
+}
+
+static void hist_line(const char *label, const struct reading *rd,
+		      const struct kvmstats_stat *st)
+{
+	const uint64_t *v = kvmstats_stat__values(st, rd->smp->data);
+	char bar[160], txt[96];
+
+	hist_bar(st, v, bar, sizeof(bar), 32);
+	stat_human(st, v, txt, sizeof(txt));
+	printf("  %-28s %-8s %s %s\n", kvmstats_stat__name(st), label, txt, bar);
+}
+
+static void table_single(const char *title, const struct reading *rd)
+{
+	const struct kvmstats_stat *st;
+	char val[96];
+
+	printf("%s\n", title);
+	if (rd->err) {
+		printf("  error: %s\n", strerror(-rd->err));
+		return;
+	}
+	kvmstats_schema__for_each(st, kvmstats_reader__schema(rd->r)) {
+		if (is_hist(st) && !stat_missing(rd, st)) {
+			hist_line("", rd, st);
+			continue;
+		}
+		value_cell(rd, st, val, sizeof(val));
+		printf("  %-28s %s\n", kvmstats_stat__name(st), val);
+	}
+}
+
+/* vCPUs side by side, COLS at a time; histograms one line per vCPU. */
+static void table_vcpus(struct reading *rd, const int *index, size_t n)
+{
+	const struct kvmstats_schema *s;
+	const struct kvmstats_stat *st;
+	char val[96], label[16];
+
+	if (!n || !rd[0].r)
+		return;
+	s = kvmstats_reader__schema(rd[0].r);
+	for (size_t base = 0; base < n; base += COLS) {
+		size_t end = base + COLS < n ? base + COLS : n;
+
+		printf("  %-28s", "vCPU");
+		for (size_t i = base; i < end; i++) {
+			snprintf(label, sizeof(label), "vcpu%d", index[i]);
+			printf(" %14s", label);
+		}
+		putchar('\n');
+		kvmstats_schema__for_each(st, s) {
+			if (is_hist(st))
+				continue;
+			printf("  %-28s", kvmstats_stat__name(st));
+			for (size_t i = base; i < end; i++) {
+				/* vCPUs of another schema are printed alone. */
+				if (kvmstats_reader__schema(rd[i].r) != s)
+					snprintf(val, sizeof(val), "-");
+				else
+					value_cell(&rd[i], st, val, sizeof(val));
+				printf(" %14s", val);
+			}
+			putchar('\n');
+		}
+	}
+	kvmstats_schema__for_each(st, s) {
+		if (!is_hist(st))
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)
+				continue;
+			snprintf(label, sizeof(label), "vcpu%d", index[i]);
+			hist_line(label, &rd[i], st);
+		}
+	}
+}
+
+static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
+{
+	size_t n = kvmstats_vm__num_vcpus(vm);
+	struct reading rd = take(kvmstats_vm__reader(vm));
+	struct reading *cr = calloc(n ? n : 1, sizeof(*cr));
+	int *index = calloc(n ? n : 1, sizeof(*index));
+	char title[256];
+
+	snprintf(title, sizeof(title), "VM %s  pid %d  id %s  source %s",
+		 kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
+		 rd.r ? kvmstats_reader__id(rd.r) : "-", kvmstats_vmm__source(v));
+	if (rd.r)
+		table_single(title, &rd);
+	else
+		printf("%s\n", title);
+	drop(&rd);
+	if (!cr || !index)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		cr[i] = take(kvmstats_vm__vcpu(vm, i, &index[i]));
+	table_vcpus(cr, index, n);
+	for (size_t i = 0; i < n; i++)
+		drop(&cr[i]);
+out:
+	free(cr);
+	free(index);
+	putchar('\n');
+}
+
+static int print_table(struct target_set *t)
+{
+	char title[512];
+
+	for (size_t i = 0; i < t->nvmms; i++)
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(t->vmms[i]); j++)
+			table_vm(t->vmms[i], kvmstats_vmm__vm(t->vmms[i], j));
+	for (size_t i = 0; i < t->nfiles; i++) {
+		struct reading rd = take(t->files[i]);
+
+		snprintf(title, sizeof(title), "File %s  id %s", t->paths[i],
+			 kvmstats_reader__id(rd.r));
+		table_single(title, &rd);
+		drop(&rd);
+		putchar('\n');
+	}
+	if (!t->nvmms && !t->nfiles)
+		printf("no VM holds a stats fd; see 'kvmstats list' (or 'kvmstats demo')\n");
+	return 0;
+}
+
+/* ---- --save ---------------------------------------------------------- */
+
+static int save_one(struct cli *cli, int dirfd, const char *name,
+		    struct kvmstats_reader *r)
+{
+	size_t len;
+	void *img = kvmstats_reader__image(r, &len);
+	ssize_t n = -1;
+	int fd;
+
+	if (!img) {
+		cli_err(cli, "%s: reading image: %s", name, strerror(errno));
+		return -1;
+	}
+	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		n = write(fd, img, len);
+		if (close(fd) && n == (ssize_t)len)
+			n = -1;
+	}
+	free(img);
+	if (n != (ssize_t)len) {
+		cli_err(cli, "%s: %s", name, n < 0 ? strerror(errno) : "short write");
+		return -1;
+	}
+	return 0;
+}
+
+static int save_all(struct cli *cli, struct target_set *t, const char *dir)
+{
+	int dirfd, failed = 0;
+	char name[128];
+
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		cli_err(cli, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		cli_err(cli, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < t->nvmms; i++) {
+		struct kvmstats_vmm *v = t->vmms[i];
+		int pid = (int)kvmstats_vmm__pid(v);
+
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			int index;
+
+			snprintf(name, sizeof(name), "%d-vm%zu.bin", pid, j);
+			if (kvmstats_vm__reader(vm))
+				failed |= save_one(cli, dirfd, name, kvmstats_vm__reader(vm));
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
+				struct kvmstats_reader *r = kvmstats_vm__vcpu(vm, k, &index);
+
+				snprintf(name, sizeof(name), "%d-vm%zu-vcpu%d.bin", pid, j,
+					 index);
+				failed |= save_one(cli, dirfd, name, r);
+			}
+		}
+	}
+	close(dirfd);
+	return failed ? -1 : 0;
+}
+
+int cmd_dump(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		CLI_TARGET_LONGOPTS,
+		{ "save", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct target_args a;
+	const char *save = NULL;
+	struct target_set t = { 0 };
+	int c, ret = EXIT_USAGE;
+
+	if (target_args_init(&a, argc))
+		return EXIT_FAIL;
+	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:h", opts,
+				NULL)) != -1) {
+		int used = cli_target_opt(cli, &a, c, optarg);
+
+		if (used < 0)
+			goto out;
+		if (used || cli_format_opt(cli, c))
+			continue;
+		switch (c) {
+		case 's':
+			save = optarg;
+			break;
+		case 'h':
+			printf("usage: %s dump %s\n", cli->prog, dump_usage);
+			ret = EXIT_OK;
+			goto out;
+		default:
+			ret = cli_usage(cli, "dump", dump_usage);
+			goto out;
+		}
+	}
+	if (optind < argc) {
+		cli_err(cli, "dump: unexpected argument '%s'", argv[optind]);
+		ret = cli_usage(cli, "dump", dump_usage);
+		goto out;
+	}
+	ret = EXIT_FAIL;
+	if (targets_open(cli, &t, &a))
+		goto out;
+	if (cli->format == OUT_JSON)
+		print_json(cli, &t);
+	else if (cli->format == OUT_CSV)
+		print_csv(&t);
+	else
+		print_table(&t);
+	if (save && save_all(cli, &t, save))
+		t.failures++;
+	if (read_errors)
+		cli_err(cli, "%d reading(s) failed", read_errors);
+	ret = t.failures || read_errors ? EXIT_FAIL : EXIT_OK;
+out:
+	targets_close(&t);
+	target_args_free(&a);
+	return ret;
+}

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * kvmstats: KVM's binary statistics for every VM on the host.
+ *
+ *   kvmstats [--json|--csv] [--pretty] [-v] COMMAND [OPTIONS]
+ *
+ * Only main() exits; every command returns EXIT_OK, EXIT_FAIL or
+ * EXIT_USAGE.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int cmd_help(struct cli *cli, int argc, char **argv);
+static int cmd_version(struct cli *cli, int argc, char **argv);
+
+static const struct cmd cmds[] = {
+	{ "dump", cmd_dump, "print one reading of every VM and vCPU" },
+	{ "check", cmd_check, "check the kernel's stats interface, or image files" },
+	{ "version", cmd_version, "print the version" },
+	{ "help", cmd_help, "this text" },
+};
+
+static void vmsg(const struct cli *cli, const char *tag, const char *fmt,
+		 va_list ap)
+{
+	fprintf(stderr, "%s: %s", cli->prog, tag);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void cli_err(const struct cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(cli, "", fmt, ap);
+	va_end(ap);
+}
+
+void cli_warn(const struct cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(cli, "warning: ", fmt, ap);
+	va_end(ap);
+}
+
+int cli_usage(const struct cli *cli, const char *cmd, const char *usage)
+{
+	fprintf(stderr, "usage: %s %s %s\n", cli->prog, cmd, usage);
+	return EXIT_USAGE;
+}
+
+long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
+		    long min, long max)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 0);
+	if (errno || end == arg || *end || v < min || v > max) {
+		cli_err(cli, "%s: '%s' is not a number in %ld..%ld", opt, arg, min,
+			max);
+		return -1;
+	}
+	return v;
+}
+
+bool cli_format_opt(struct cli *cli, int c)
+{
+	switch (c) {
+	case 'j':
+		cli->format = OUT_JSON;
+		return true;
+	case 'C':
+		cli->format = OUT_CSV;
+		return true;
+	case 'P':
+		cli->format = OUT_JSON;
+		cli->pretty = true;
+		return true;
+	}
+	return false;
+}
+
+void cli_print_json(const struct cli *cli, struct json_object *o)
+{
+	int flags = JSON_C_TO_STRING_NOSLASHESCAPE |
+		    (cli->pretty ? JSON_C_TO_STRING_PRETTY |
+					   JSON_C_TO_STRING_SPACED
+				 : JSON_C_TO_STRING_PLAIN);
+
+	fputs(json_object_to_json_string_ext(o, flags), stdout);
+	fputc('\n', stdout);
+}
+
+static void usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"usage: %s [--json|--csv] [--pretty] [--verbose] COMMAND [OPTIONS]\n\n"
+		"Commands:\n",
+		prog);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\n'%s COMMAND --help' tells a command's options; see kvmstats(1).\n"
+		   "Exit status: 0 success, 1 failure (or a violation found by check),\n"
+		   "2 usage error.\n",
+		prog);
+}
+
+static int cmd_help(struct cli *cli, int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	usage(stdout, cli->prog);
+	return EXIT_OK;
+}
+
+static int cmd_version(struct cli *cli, int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	if (cli->format == OUT_JSON)
+		printf("{\"version\":\"%s\"}\n", kvmstats_version_string());
+	else
+		printf("kvmstats %s\n", kvmstats_version_string());
+	return EXIT_OK;
+}
+
+/* Commands may be abbreviated to any unique prefix, as in bpftool. */
+static const struct cmd *find_cmd(const char *name)
+{
+	const struct cmd *found = NULL;
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (!strcmp(cmds[i].name, name))
+			return &cmds[i];
+		if (!strncmp(cmds[i].name, name, n)) {
+			if (found)
+				return NULL;
+			found = &cmds[i];
+		}
+	}
+	return found;
+}
+
+static void lib_log(enum kvmstats_log_level level, const char *msg, void *arg)
+{
+	struct cli *cli = arg;
+
+	if (level == KVMSTATS_LOG_WARN ? cli->verbose >= 0 : cli->verbose > 0)
+		cli_warn(cli, "%s", msg);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct cli cli = { .prog = "kvmstats" };
+	const struct cmd *cmd;
+	int c, ret;
+
+	/* A reader piping us into head must not kill us mid-write. */
+	signal(SIGPIPE, SIG_IGN);
+	while ((c = getopt_long(argc, argv, "+jvqhV", opts, NULL)) != -1) {
+		if (cli_format_opt(&cli, c))
+			continue;
+		switch (c) {
+		case 'v':
+			cli.verbose++;
+			break;
+		case 'q':
+			cli.verbose = -1;
+			break;
+		case 'h':
+			usage(stdout, cli.prog);
+			return EXIT_OK;
+		case 'V':
+			return cmd_version(&cli, 0, NULL);
+		default:
+			usage(stderr, cli.prog);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr, cli.prog);
+		return EXIT_USAGE;
+	}
+	cmd = find_cmd(argv[optind]);
+	if (!cmd) {
+		cli_err(&cli, "what is '%s'? Try '%s help'.", argv[optind], cli.prog);
+		return EXIT_USAGE;
+	}
+	cli.ctx = kvmstats_ctx__new(&(struct kvmstats_ctx_opts){
+		.sz = sizeof(struct kvmstats_ctx_opts), .log = lib_log,
+		.log_arg = &cli });
+	if (!cli.ctx) {
+		cli_err(&cli, "out of memory");
+		return EXIT_FAIL;
+	}
+	argc -= optind;
+	argv += optind;
+	optind = 0;	/* reset getopt for the command's own options */
+	ret = cmd->fn(&cli, argc, argv);
+	kvmstats_ctx__free(cli.ctx);
+	if (fflush(stdout) || ferror(stdout)) {
+		if (errno != EPIPE)
+			cli_err(&cli, "writing output: %s", strerror(errno));
+		if (ret == EXIT_OK)
+			ret = EXIT_FAIL;
+	}
+	return ret;
+}

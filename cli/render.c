@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/* How one stat looks: raw JSON, human text, histogram bars. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static bool is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
+struct json_object *stat_json(const struct kvmstats_stat *st,
+			      const uint64_t *v)
+{
+	uint32_t n = kvmstats_stat__size(st);
+	struct json_object *a;
+
+	if (n == 1 && !is_hist(st)) {
+		if (kvmstats_stat__unit(st) == KVMSTATS_UNIT_BOOLEAN)
+			return json_object_new_boolean(v[0] != 0);
+		return json_object_new_uint64(v[0]);
+	}
+	a = json_object_new_array_ext((int)n);
+	for (uint32_t i = 0; i < n; i++)
+		json_object_array_add(a, json_object_new_uint64(v[i]));
+	return a;
+}
+
+/* A histogram's quantile in the stat's unit, or "-" when empty. */
+static void quantile_str(const struct kvmstats_stat *st, const uint64_t *v,
+			 double q, char *buf, size_t len)
+{
+	double x = kvmstats_hist__quantile(st, v, q);
+
+	if (isnan(x))
+		snprintf(buf, len, "-");
+	else
+		kvmstats_stat__format(st, x, buf, len);
+}
+
+void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
+		size_t len)
+{
+	char p50[32], p99[32];
+	uint32_t n = kvmstats_stat__size(st);
+
+	if (!kvmstats_stat__known(st)) {
+		snprintf(buf, len, "%llu (raw)", (unsigned long long)v[0]);
+		return;
+	}
+	if (is_hist(st)) {
+		quantile_str(st, v, 0.5, p50, sizeof(p50));
+		quantile_str(st, v, 0.99, p99, sizeof(p99));
+		snprintf(buf, len, "n=%llu p50=%s p99=%s",
+			 (unsigned long long)kvmstats_hist__count(st, v), p50, p99);
+		return;
+	}
+	kvmstats_stat__format(st, (double)v[0], buf, len);
+	if (n > 1) {
+		size_t used = strlen(buf);
+
+		snprintf(buf + used, len - used, " (+%u values)", n - 1);
+	}
+}
+
+/* Eight levels of block characters; empty buckets are a dot. */
+void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
+	      size_t len, int width)
+{
+	static const char *const lv[] = { "\u2581", "\u2582", "\u2583",
+					   "\u2584", "\u2585", "\u2586",
+					   "\u2587", "\u2588" };
+	uint32_t n = kvmstats_stat__size(st), first = n, last = 0;
+	uint64_t max = 0;
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!v[i])
+			continue;
+		if (first == n)
+			first = i;
+		last = i;
+		if (v[i] > max)
+			max = v[i];
+	}
+	if (!max)
+		return;
+	for (uint32_t i = first; i <= last && (int)(i - first) < width; i++) {
+		const char *c = v[i] ? lv[(int)((double)v[i] * 7 / (double)max)] : ".";
+
+		if (used + strlen(c) + 1 > len)
+			break;
+		used += (size_t)snprintf(buf + used, len - used, "%s", c);
+	}
+}

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The host: every VMM, each served by the best source that works for it,
+ * and their life cycle.
+ *
+ * A VMM is pinned by a pidfd from the moment it is opened: fds are listed
+ * and taken only after pidfd_open(), so a reused pid can never mix two
+ * processes, and a VMM whose pidfd turns readable (it exited) is dropped
+ * before the next sweep, closing our copies of its stats fds at once.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const struct ks_source *const sources[] = {
+	&ks_source_fd, &ks_source_attach, &ks_source_qmp, &ks_source_libvirt,
+	&ks_source_debugfs,
+};
+
+static const char *const source_names[] = {
+	"fd", "attach", "qmp", "libvirt", "debugfs", NULL,
+};
+
+const char *const *kvmstats_sources(void)
+{
+	return source_names;
+}
+
+/* ---- the fd source: stats fds the VMM already holds ---- */
+
+static bool fd_probe(const struct ks_source_args *a, pid_t pid)
+{
+	struct kvmstats_proc_fd *fds;
+	bool found = false;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+
+	(void)a;
+	for (int i = 0; i < n; i++)
+		found |= fds[i].kind == KVMSTATS_FD_VM_STATS ||
+			 fds[i].kind == KVMSTATS_FD_VCPU_STATS;
+	if (n >= 0)
+		free(fds);
+	return found;
+}
+
+static int fd_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
+{
+	int n = ks_vmm_take_held_fds(a->ctx, v);
+
+	if (n > 0)
+		return 0;
+	ks_err(a->errbuf, a->errbuf_sz, "holds no readable stats fd");
+	return n < 0 ? n : -ENOENT;
+}
+
+static int fd_refresh(const struct ks_source_args *a, struct kvmstats_vmm *v)
+{
+	return ks_vmm_take_held_fds(a->ctx, v);
+}
+
+const struct ks_source ks_source_fd = {
+	.name = "fd",
+	.probe = fd_probe,
+	.open = fd_open,
+	.refresh = fd_refresh,
+};
+
+/* ---- host ---- */
+
+struct kvmstats_host {
+	struct kvmstats_ctx *ctx;
+	struct kvmstats_host_opts o;
+	pid_t *pids;
+	const struct ks_source *only;	/* NULL: auto */
+	struct kvmstats_vmm **vmms;
+	size_t n;
+	uint64_t next_uid;
+	uint64_t time_ns;
+	char errors[1024];
+};
+
+static const struct ks_source *find_source(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(sources); i++)
+		if (!strcmp(sources[i]->name, name))
+			return sources[i];
+	return NULL;
+}
+
+static void fill_opts(struct kvmstats_host_opts *o)
+{
+	if (!o->timeout_ms)
+		o->timeout_ms = 1000;
+	if (!o->source)
+		o->source = "auto";
+}
+
+struct kvmstats_host *kvmstats_host__new(struct kvmstats_ctx *ctx,
+					 const struct kvmstats_host_opts *opts)
+{
+	struct kvmstats_host *h = calloc(1, sizeof(*h));
+	int err;
+
+	if (!h)
+		return NULL;
+	err = ks_opts_copy(&h->o, sizeof(h->o), opts);
+	if (err)
+		goto err;
+	fill_opts(&h->o);
+	err = -EINVAL;
+	if (strcmp(h->o.source, "auto")) {
+		h->only = find_source(h->o.source);
+		if (!h->only)
+			goto err;
+	}
+	if (h->o.npids) {
+		err = -ENOMEM;
+		h->pids = malloc(h->o.npids * sizeof(*h->pids));
+		if (!h->pids)
+			goto err;
+		memcpy(h->pids, h->o.pids, h->o.npids * sizeof(*h->pids));
+		h->o.pids = h->pids;
+	}
+	h->ctx = ctx;
+	h->next_uid = 1;
+	return h;
+err:
+	free(h);
+	errno = -err;
+	return NULL;
+}
+
+void kvmstats_host__free(struct kvmstats_host *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->n; i++)
+		kvmstats_vmm__close(h->vmms[i]);
+	free(h->vmms);
+	free(h->pids);
+	free(h);
+}
+
+static void note_error(struct kvmstats_host *h, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void note_error(struct kvmstats_host *h, const char *fmt, ...)
+{
+	size_t used = strlen(h->errors);
+	va_list ap;
+
+	if (used + 2 >= sizeof(h->errors))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(h->errors + used, sizeof(h->errors) - used - 1, fmt, ap);
+	va_end(ap);
+	strcat(h->errors, "\n");
+}
+
+static void vmm_reset(struct kvmstats_vmm *v)
+{
+	for (size_t i = 0; i < v->nvms; i++)
+		ks_vm_free(v->vms[i]);
+	v->nvms = 0;
+	if (v->priv_free)
+		v->priv_free(v->priv);
+	v->priv = NULL;
+	v->priv_free = NULL;
+	v->memory_bytes = 0;
+}
+
+/* Try the sources in order of preference; the first that opens wins. */
+static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
+				     char *why, size_t why_sz)
+{
+	struct ks_source_args a = { h->ctx, &h->o, why, why_sz };
+	struct kvmstats_vmm *v = kvmstats_vmm__new(pid, NULL);
+	int err = -ENOENT;
+
+	if (!v)
+		return NULL;
+	err = ks_vmm_pidfd_open(v);
+	if (err) {
+		ks_err(why, why_sz, "pidfd_open: %s", strerror(-err));
+		goto err;
+	}
+	kvmstats_proc__name(pid, v->name, sizeof(v->name));
+	for (size_t i = 0; i < ARRAY_SIZE(sources); i++) {
+		const struct ks_source *s = sources[i];
+
+		if (h->only && s != h->only)
+			continue;
+		if (!h->only && s == &ks_source_attach &&
+		    !(h->o.flags & KVMSTATS_HOST_ATTACH))
+			continue;
+		if (!h->only && s->probe && !s->probe(&a, pid))
+			continue;
+		err = s->open(&a, v);
+		if (!err) {
+			v->source = s->name;
+			v->uid = h->next_uid++;
+			return v;
+		}
+		vmm_reset(v);
+	}
+	if (err == -ENOENT && !h->only)
+		ks_err(why, why_sz, "no source can read it (held stats fds, "
+		       "--attach, a QMP socket, libvirt or debugfs)");
+err:
+	kvmstats_vmm__close(v);
+	errno = -err;
+	return NULL;
+}
+
+static ssize_t find_pid(const struct kvmstats_host *h, pid_t pid)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (kvmstats_vmm__pid(h->vmms[i]) == pid)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Drop every VMM whose process exited; returns how many. */
+static int drop_dead(struct kvmstats_host *h)
+{
+	size_t j = 0;
+	int dropped = 0;
+
+	for (size_t i = 0; i < h->n; i++) {
+		if (kvmstats_vmm__alive(h->vmms[i])) {
+			h->vmms[j++] = h->vmms[i];
+			continue;
+		}
+		kvmstats_vmm__close(h->vmms[i]);
+		dropped++;
+	}
+	h->n = j;
+	return dropped;
+}
+
+static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)
+{
+	char why[256] = "";
+	struct kvmstats_vmm *v = open_vmm(h, pid, why, sizeof(why));
+	void *p;
+
+	if (!v) {
+		/* A host-wide scan skips VMMs no source serves, quietly. */
+		if (explicit)
+			note_error(h, "pid %d: %s", (int)pid, why);
+		else
+			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: %s", (int)pid, why);
+		return 0;
+	}
+	p = realloc(h->vmms, (h->n + 1) * sizeof(*h->vmms));
+	if (!p) {
+		kvmstats_vmm__close(v);
+		return -ENOMEM;
+	}
+	h->vmms = p;
+	h->vmms[h->n++] = v;
+	return 1;
+}
+
+static void refresh_vcpus(struct kvmstats_host *h)
+{
+	char why[256];
+	struct ks_source_args a = { h->ctx, &h->o, why, sizeof(why) };
+
+	for (size_t i = 0; i < h->n; i++) {
+		struct kvmstats_vmm *v = h->vmms[i];
+		const struct ks_source *s = find_source(v->source);
+
+		if (s && s->refresh && s->refresh(&a, v) < 0)
+			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: refresh: %s",
+			       (int)v->pid, why);
+	}
+}
+
+int kvmstats_host__refresh(struct kvmstats_host *h)
+{
+	pid_t *pids = h->pids, *all = NULL;
+	int n = (int)h->o.npids, changes, err = 0;
+
+	h->errors[0] = 0;
+	changes = drop_dead(h);
+	if (!h->o.npids) {
+		n = kvmstats_proc__vmm_pids(&all);
+		if (n < 0)
+			return n;
+		pids = all;
+	}
+	for (int i = 0; i < n && !err; i++) {
+		int added;
+
+		if (find_pid(h, pids[i]) >= 0)
+			continue;
+		added = add_vmm(h, pids[i], h->o.npids != 0);
+		if (added < 0)
+			err = added;
+		changes += added > 0;
+	}
+	free(all);
+	refresh_vcpus(h);
+	return err ? err : changes;
+}
+
+int kvmstats_host__sweep(struct kvmstats_host *h)
+{
+	int failed = 0;
+
+	drop_dead(h);
+	h->time_ns = ks_now_ns();
+	for (size_t i = 0; i < h->n; i++) {
+		struct kvmstats_vmm *v = h->vmms[i];
+
+		for (size_t j = 0; j < v->nvms; j++) {
+			struct kvmstats_vm *vm = v->vms[j];
+
+			if (vm->r && kvmstats_reader__sweep(vm->r, h->time_ns))
+				failed++;
+			for (size_t k = 0; k < vm->nvcpus; k++)
+				if (kvmstats_reader__sweep(vm->vcpus[k].r, h->time_ns))
+					failed++;
+		}
+	}
+	return failed;
+}
+
+uint64_t kvmstats_host__time_ns(const struct kvmstats_host *h)
+{
+	return h->time_ns;
+}
+
+size_t kvmstats_host__num_vmms(const struct kvmstats_host *h)
+{
+	return h->n;
+}
+
+struct kvmstats_vmm *kvmstats_host__vmm(const struct kvmstats_host *h, size_t i)
+{
+	if (i >= h->n) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return h->vmms[i];
+}
+
+const char *kvmstats_host__errors(const struct kvmstats_host *h)
+{
+	return h->errors;
+}
+
+bool kvmstats_source__probe(struct kvmstats_ctx *ctx, const char *source,
+			    pid_t pid, const struct kvmstats_host_opts *opts)
+{
+	const struct ks_source *s = find_source(source);
+	struct kvmstats_host_opts o;
+	struct ks_source_args a = { ctx, &o, NULL, 0 };
+
+	if (!s || ks_opts_copy(&o, sizeof(o), opts))
+		return false;
+	fill_opts(&o);
+	return s->probe ? s->probe(&a, pid) : false;
+}

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Internal declarations of libkvmstats: never installed. */
+#ifndef KVMSTATS_INTERNAL_H
+#define KVMSTATS_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "kvmstats.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Limits that keep a hostile image from costing more than its size. */
+#define KS_MAX_NAME_SIZE 4096u		/* kernel: 48 */
+#define KS_MAX_IMAGE (16u << 20)	/* a real image is a few KiB */
+#define KS_MAX_DATA (1u << 20)		/* data block bytes */
+#define KS_ABI_NAME_SIZE 48u		/* KVM_STATS_NAME_SIZE */
+
+struct kvmstats_stat {
+	uint32_t index;
+	uint32_t flags;
+	int16_t exponent;
+	uint16_t size;
+	uint32_t offset;
+	uint32_t bucket_size;
+	const char *name;
+};
+
+struct kvmstats_schema {
+	atomic_int refs;
+	struct kvmstats_ctx *ctx;	/* cache it lives in, or NULL */
+	struct kvmstats_schema *next;	/* in ctx's cache */
+	uint64_t hash;
+	/* Key: the header with its id_offset, then the descriptor block. */
+	unsigned char *key;
+	size_t key_len;
+	struct kvmstats_abi_header hdr;
+	uint32_t num;
+	struct kvmstats_stat *stats;
+	uint32_t *by_name;		/* indexes sorted by name */
+	char *names;
+	size_t data_size;
+};
+
+struct kvmstats_ctx {
+	kvmstats_log_fn log;
+	void *log_arg;
+	struct kvmstats_schema *schemas;
+	size_t nschemas;
+};
+
+/* ---- VMMs and VMs (vmm.c) ---- */
+struct ks_vcpu_slot {
+	int index;
+	int remote_fd;			/* fd number in the VMM, or -1 */
+	struct kvmstats_reader *r;
+};
+
+struct kvmstats_vm {
+	struct kvmstats_reader *r;	/* NULL when only vCPU fds were found */
+	int remote_fd;
+	struct ks_vcpu_slot *vcpus;
+	size_t nvcpus;
+};
+
+struct kvmstats_vmm {
+	pid_t pid;
+	int pidfd;
+	uint64_t uid;
+	uint64_t memory_bytes;
+	const char *source;		/* static string */
+	char name[128];
+	struct kvmstats_vm **vms;
+	size_t nvms;
+	void *priv;			/* the source's per-VMM state */
+	void (*priv_free)(void *priv);
+};
+
+int ks_vmm_pidfd_open(struct kvmstats_vmm *v);
+/* fd source: take the stats fds the VMM holds that are not taken yet;
+ * returns how many were added or -errno. */
+int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v);
+int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
+		   struct kvmstats_reader *r);
+void ks_vm_free(struct kvmstats_vm *vm);
+
+/* ---- sources (host.c and source_*.c) ---- */
+struct ks_source_args {
+	struct kvmstats_ctx *ctx;
+	const struct kvmstats_host_opts *opts;	/* all fields filled */
+	char *errbuf;
+	size_t errbuf_sz;
+};
+
+/* A source fills a fresh VMM (pid, pidfd and name already set) with VMs
+ * and vCPU readers, and later adds the vCPUs that appeared. */
+struct ks_source {
+	const char *name;
+	/* Cheap: could this source serve the VMM? Never disturbs it. */
+	bool (*probe)(const struct ks_source_args *a, pid_t pid);
+	/* 0, or -errno with a reason in a->errbuf. */
+	int (*open)(const struct ks_source_args *a, struct kvmstats_vmm *v);
+	/* Optional: add hot-plugged vCPUs; returns how many or -errno. */
+	int (*refresh)(const struct ks_source_args *a, struct kvmstats_vmm *v);
+};
+
+extern const struct ks_source ks_source_fd, ks_source_attach, ks_source_qmp,
+	ks_source_libvirt, ks_source_debugfs;
+
+/* Log through the context's callback (no-op when ctx or callback NULL). */
+void ks_log(const struct kvmstats_ctx *ctx, enum kvmstats_log_level level,
+	    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* snprintf into an optional buffer. */
+void ks_err(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Reads the first @sz bytes of an opts struct of @max bytes into @out,
+ * zero-filling the rest; fails when the caller's struct is bigger and its
+ * tail (unknown to this version) is not zero. */
+int ks_opts_copy(void *out, size_t max, const void *opts);
+
+/* Validation core, shared by kvmstats_image__validate() and the parser:
+ * appends findings to @r. */
+int ks_check_image(const unsigned char *buf, size_t len,
+		   struct kvmstats_report *r);
+void ks_report_add(struct kvmstats_report *r, enum kvmstats_severity sev,
+		   const char *rule, int32_t stat, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+#define ERR(r, rule, stat, ...)                                                \
+	ks_report_add(r, KVMSTATS_SEV_ERROR, rule, stat, __VA_ARGS__)
+#define WARN(r, rule, stat, ...)                                               \
+	ks_report_add(r, KVMSTATS_SEV_WARNING, rule, stat, __VA_ARGS__)
+/* Message of the first error finding in @r, or NULL. */
+const struct kvmstats_finding *ks_report_first_error(const struct kvmstats_report *r);
+
+/* Read a file or fd from offset 0 to EOF into a malloc'ed buffer of at
+ * most KS_MAX_IMAGE bytes (-EFBIG past that). */
+int ks_read_all_fd(int fd, unsigned char **out, size_t *len);
+
+uint64_t ks_hash(const void *buf, size_t len);
+
+static inline uint64_t ks_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#endif

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * What a process holds: its KVM fds, as /proc/PID/fd shows them, and its
+ * name.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const struct {
+	const char *prefix;
+	enum kvmstats_fd_kind kind;
+	bool indexed;
+} fd_kinds[] = {
+	/* Longest first: "kvm-vm" is a prefix of "kvm-vm-stats". */
+	{ "anon_inode:kvm-vcpu-stats:", KVMSTATS_FD_VCPU_STATS, true },
+	{ "anon_inode:kvm-vm-stats", KVMSTATS_FD_VM_STATS, false },
+	{ "anon_inode:kvm-vcpu:", KVMSTATS_FD_VCPU, true },
+	{ "anon_inode:kvm-vm", KVMSTATS_FD_VM, false },
+};
+
+enum kvmstats_fd_kind kvmstats_fd_kind(const char *link, int *index)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fd_kinds); i++) {
+		size_t n = strlen(fd_kinds[i].prefix);
+		const char *rest = link + n;
+		char *end;
+		long v;
+
+		if (strncmp(link, fd_kinds[i].prefix, n))
+			continue;
+		if (!fd_kinds[i].indexed) {
+			if (*rest)
+				continue;
+			if (index)
+				*index = -1;
+			return fd_kinds[i].kind;
+		}
+		errno = 0;
+		v = strtol(rest, &end, 10);
+		if (end == rest || *end || errno || v < 0 || v > INT_MAX)
+			return KVMSTATS_FD_OTHER;
+		if (index)
+			*index = (int)v;
+		return fd_kinds[i].kind;
+	}
+	return KVMSTATS_FD_OTHER;
+}
+
+static int cmp_fd(const void *a, const void *b)
+{
+	const struct kvmstats_proc_fd *x = a, *y = b;
+
+	return (x->fd > y->fd) - (x->fd < y->fd);
+}
+
+static int add_fd(struct kvmstats_proc_fd **arr, size_t *n, size_t *cap,
+		  const struct kvmstats_proc_fd *f)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		void *p = realloc(*arr, c * sizeof(**arr));
+
+		if (!p)
+			return -ENOMEM;
+		*arr = p;
+		*cap = c;
+	}
+	(*arr)[(*n)++] = *f;
+	return 0;
+}
+
+int kvmstats_proc__kvm_fds(pid_t pid, struct kvmstats_proc_fd **out)
+{
+	struct kvmstats_proc_fd *arr = NULL;
+	size_t n = 0, cap = 0;
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int dfd, err = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return errno == ENOENT ? -ESRCH : -errno;
+	dfd = dirfd(dir);
+	while ((de = readdir(dir))) {
+		struct kvmstats_proc_fd f = { .index = -1 };
+		char link[128];
+		ssize_t len;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		len = readlinkat(dfd, de->d_name, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;	/* closed since readdir */
+		link[len] = 0;
+		f.kind = kvmstats_fd_kind(link, &f.index);
+		if (f.kind == KVMSTATS_FD_OTHER)
+			continue;
+		f.fd = atoi(de->d_name);
+		err = add_fd(&arr, &n, &cap, &f);
+		if (err)
+			break;
+	}
+	closedir(dir);
+	if (err) {
+		free(arr);
+		return err;
+	}
+	if (n)
+		qsort(arr, n, sizeof(*arr), cmp_fd);
+	*out = arr;
+	return (int)n;
+}
+
+/* Read a small /proc file whole; returns bytes read or -errno. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	if (n < 0)
+		n = -errno;
+	else
+		buf[n] = 0;
+	close(fd);
+	return n;
+}
+
+/* QEMU: "-name guest=NAME,debug-threads=on" or "-name NAME[,opts]". */
+static bool qemu_name(const char *arg, char *buf, size_t len)
+{
+	const char *p = arg, *end;
+
+	if (!strncmp(p, "guest=", 6))
+		p += 6;
+	else if (strchr(p, '=') && strchr(p, '=') < (strchr(p, ',') ?: p + strlen(p)))
+		return false;	/* only other key=value options */
+	end = strchr(p, ',');
+	if (!end)
+		end = p + strlen(p);
+	if (end == p)
+		return false;
+	snprintf(buf, len, "%.*s", (int)(end - p), p);
+	return true;
+}
+
+int kvmstats_proc__name(pid_t pid, char *buf, size_t len)
+{
+	char path[64], cmd[8192];
+	ssize_t n;
+
+	if (!len)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	n = read_small(path, cmd, sizeof(cmd));
+	for (ssize_t i = 0; n > 0 && i < n;) {
+		const char *arg = cmd + i;
+		size_t alen = strlen(arg);
+
+		i += (ssize_t)alen + 1;
+		if ((strcmp(arg, "-name") && strcmp(arg, "--name")) || i >= n)
+			continue;
+		if (qemu_name(cmd + i, buf, len))
+			return 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	n = read_small(path, cmd, sizeof(cmd));
+	if (n < 0)
+		return n == -ENOENT ? -ESRCH : (int)n;
+	cmd[strcspn(cmd, "\n")] = 0;
+	snprintf(buf, len, "%s", cmd);
+	return 0;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* A VMM holds a VM fd; a process that holds only stats fds (another
+ * reader, like us) is not one. */
+static bool holds_vm(pid_t pid)
+{
+	struct kvmstats_proc_fd *fds;
+	bool vm = false;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+
+	for (int i = 0; i < n; i++)
+		vm |= fds[i].kind == KVMSTATS_FD_VM;
+	if (n >= 0)
+		free(fds);
+	return vm;
+}
+
+int kvmstats_proc__vmm_pids(pid_t **out)
+{
+	pid_t *pids = NULL, self = getpid();
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+
+		if (pid <= 0 || pid == self || !holds_vm(pid))
+			continue;
+		if (n == cap) {
+			size_t c = cap ? cap * 2 : 16;
+			void *p = realloc(pids, c * sizeof(*pids));
+
+			if (!p) {
+				free(pids);
+				closedir(d);
+				return -ENOMEM;
+			}
+			pids = p;
+			cap = c;
+		}
+		pids[n++] = pid;
+	}
+	closedir(d);
+	if (n)
+		qsort(pids, n, sizeof(*pids), cmp_pid);
+	*out = pids;
+	return (int)n;
+}

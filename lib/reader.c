@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Readers: one target (a VM or a vCPU) and where its data comes from.
+ *
+ * Opening reads the whole file once (header to EOF: a few KiB) and checks
+ * it; after that a reading of a stats fd is exactly one pread of the data
+ * block into the caller's sample. Sources that are not an fd (an image in
+ * memory, QMP, debugfs, ...) fill the same data block layout, so every
+ * consumer reads every source the same way.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct kvmstats_reader {
+	struct kvmstats_schema *schema;
+	int fd;
+	unsigned int flags;
+	off_t data_offset;
+	size_t data_size;
+	char *id;
+	unsigned char *image;		/* in-memory source */
+	size_t image_len;
+	const struct kvmstats_reader_ops *ops;
+	void *priv;
+	uint64_t *missing;		/* bitmap, for ops sources */
+	size_t missing_words;
+	bool any_missing;
+	/* Sweep buffers: allocated at open, swapped on every sweep. */
+	struct kvmstats_sample *cur, *prev;
+	unsigned int sweeps;
+	int error;
+	uint64_t age_ns;
+};
+
+/* Allocate the sweep buffers; every constructor calls this last. */
+static int reader_alloc_sweep(struct kvmstats_reader *r)
+{
+	r->cur = kvmstats_sample__new(r->schema);
+	r->prev = kvmstats_sample__new(r->schema);
+	return r->cur && r->prev ? 0 : -ENOMEM;
+}
+
+int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
+{
+	size_t cap = 16384, n = 0;
+	unsigned char *buf = malloc(cap);
+	int err;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t r;
+
+		if (n == cap) {
+			void *p;
+
+			if (cap >= KS_MAX_IMAGE) {
+				err = -EFBIG;
+				goto err;
+			}
+			cap *= 2;
+			p = realloc(buf, cap);
+			if (!p) {
+				err = -ENOMEM;
+				goto err;
+			}
+			buf = p;
+		}
+		/* pread: a stats fd's lseek does nothing, position is ours. */
+		r = pread(fd, buf + n, cap - n, (off_t)n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			err = -errno;
+			goto err;
+		}
+		if (!r)
+			break;
+		n += (size_t)r;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+err:
+	free(buf);
+	return err;
+}
+
+static int reader_opts(struct kvmstats_reader_opts *o,
+		       const struct kvmstats_reader_opts *opts)
+{
+	int err = ks_opts_copy(o, sizeof(*o), opts);
+
+	if (err)
+		errno = -err;
+	return err;
+}
+
+/* Build a reader around a whole image: parse it, copy the id. */
+static struct kvmstats_reader *reader_from_image(struct kvmstats_ctx *ctx,
+						 unsigned char *img, size_t len,
+						 const struct kvmstats_reader_opts *o)
+{
+	struct kvmstats_reader *r;
+	struct kvmstats_schema *s;
+	const char *id;
+
+	s = kvmstats_schema__parse(ctx, img, len, o->errbuf, o->errbuf_sz);
+	if (!s)
+		return NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto err;
+	id = (const char *)img + s->hdr.id_offset;
+	r->id = strndup(id, s->hdr.name_size);
+	if (!r->id)
+		goto err;
+	r->schema = s;
+	r->fd = -1;
+	r->flags = o->flags;
+	r->data_offset = s->hdr.data_offset;
+	r->data_size = s->data_size;
+	if (reader_alloc_sweep(r))
+		goto err;
+	return r;
+err:
+	if (r) {
+		kvmstats_sample__free(r->cur);
+		kvmstats_sample__free(r->prev);
+		free(r->id);
+	}
+	free(r);
+	kvmstats_schema__put(s);
+	ks_err(o->errbuf, o->errbuf_sz, "out of memory");
+	errno = ENOMEM;
+	return NULL;
+}
+
+struct kvmstats_reader *kvmstats_reader__open_fd(struct kvmstats_ctx *ctx,
+						 int fd,
+						 const struct kvmstats_reader_opts *opts)
+{
+	struct kvmstats_reader_opts o;
+	struct kvmstats_reader *r;
+	unsigned char *img;
+	size_t len;
+	int err;
+
+	if (reader_opts(&o, opts))
+		return NULL;
+	err = ks_read_all_fd(fd, &img, &len);
+	if (err) {
+		ks_err(o.errbuf, o.errbuf_sz, "read: %s", strerror(-err));
+		errno = -err;
+		return NULL;
+	}
+	r = reader_from_image(ctx, img, len, &o);
+	free(img);
+	if (!r)
+		return NULL;
+	r->fd = fd;
+	return r;
+}
+
+struct kvmstats_reader *kvmstats_reader__open_mem(struct kvmstats_ctx *ctx,
+						  const void *buf, size_t len,
+						  const struct kvmstats_reader_opts *opts)
+{
+	struct kvmstats_reader_opts o;
+	struct kvmstats_reader *r;
+	unsigned char *img;
+
+	if (reader_opts(&o, opts))
+		return NULL;
+	if (len > KS_MAX_IMAGE) {
+		ks_err(o.errbuf, o.errbuf_sz, "image of %zu bytes is too large", len);
+		errno = EFBIG;
+		return NULL;
+	}
+	img = malloc(len ? len : 1);
+	if (!img)
+		return NULL;
+	memcpy(img, buf, len);
+	r = reader_from_image(ctx, img, len, &o);
+	if (!r) {
+		free(img);
+		return NULL;
+	}
+	r->image = img;
+	r->image_len = len;
+	return r;
+}
+
+struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
+						   const char *path,
+						   const struct kvmstats_reader_opts *opts)
+{
+	struct kvmstats_reader_opts o;
+	struct kvmstats_reader *r;
+	unsigned char *img;
+	size_t len;
+	int fd, err;
+
+	if (reader_opts(&o, opts))
+		return NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		err = errno;
+		ks_err(o.errbuf, o.errbuf_sz, "%s", strerror(err));
+		errno = err;
+		return NULL;
+	}
+	err = ks_read_all_fd(fd, &img, &len);
+	close(fd);
+	if (err) {
+		ks_err(o.errbuf, o.errbuf_sz, "%s",
+		       err == -EFBIG ? "larger than any stats image" : strerror(-err));
+		errno = -err;
+		return NULL;
+	}
+	r = reader_from_image(ctx, img, len, &o);
+	if (!r) {
+		free(img);
+		return NULL;
+	}
+	r->image = img;
+	r->image_len = len;
+	return r;
+}
+
+struct kvmstats_reader *kvmstats_reader__open_ops(struct kvmstats_schema *schema,
+						  const struct kvmstats_reader_ops *ops,
+						  void *priv)
+{
+	struct kvmstats_reader *r;
+
+	if (!schema || !ops || !ops->read) {
+		errno = EINVAL;
+		return NULL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->missing_words = (schema->num + 63) / 64;
+	r->missing = calloc(r->missing_words ? r->missing_words : 1, 8);
+	r->id = strdup("");
+	if (!r->missing || !r->id) {
+		free(r->missing);
+		free(r->id);
+		free(r);
+		errno = ENOMEM;
+		return NULL;
+	}
+	r->schema = kvmstats_schema__get(schema);
+	r->fd = -1;
+	r->data_size = schema->data_size;
+	if (reader_alloc_sweep(r)) {
+		kvmstats_reader__close(r);
+		errno = ENOMEM;
+		return NULL;
+	}
+	r->ops = ops;
+	r->priv = priv;
+	return r;
+}
+
+void kvmstats_reader__close(struct kvmstats_reader *r)
+{
+	if (!r)
+		return;
+	if (r->ops && r->ops->close)
+		r->ops->close(r->priv);
+	if (r->fd >= 0 && (r->flags & KVMSTATS_READER_OWN_FD))
+		close(r->fd);
+	kvmstats_schema__put(r->schema);
+	kvmstats_sample__free(r->cur);
+	kvmstats_sample__free(r->prev);
+	free(r->missing);
+	free(r->image);
+	free(r->id);
+	free(r);
+}
+
+static int read_ops(struct kvmstats_reader *r, struct kvmstats_sample *smp)
+{
+	int err;
+
+	memset(r->missing, 0, r->missing_words * 8);
+	err = r->ops->read(r->priv, smp, r->missing);
+	r->any_missing = false;
+	for (size_t i = 0; i < r->missing_words; i++)
+		r->any_missing |= r->missing[i] != 0;
+	return err;
+}
+
+int kvmstats_reader__read(struct kvmstats_reader *r,
+			  struct kvmstats_sample *smp)
+{
+	ssize_t n;
+
+	if (smp->size < r->data_size)
+		return -EINVAL;
+	if (!(r->flags & KVMSTATS_READER_NO_TIME))
+		smp->time_ns = ks_now_ns();
+	if (r->fd >= 0) {
+		n = pread(r->fd, smp->data, r->data_size, r->data_offset);
+		if (n == (ssize_t)r->data_size)
+			return 0;
+		return n < 0 ? -errno : -ENODATA;
+	}
+	if (r->ops)
+		return read_ops(r, smp);
+	memcpy(smp->data, r->image + r->data_offset, r->data_size);
+	return 0;
+}
+
+int kvmstats_reader__sweep(struct kvmstats_reader *r, uint64_t time_ns)
+{
+	struct kvmstats_sample *t = r->prev;
+	unsigned int flags = r->flags;
+	int err;
+
+	/* A failed read keeps the last good reading as the current one. */
+	r->flags |= KVMSTATS_READER_NO_TIME;
+	err = kvmstats_reader__read(r, t);
+	r->flags = flags;
+	r->error = err;
+	if (err)
+		return err;
+	t->time_ns = time_ns;
+	if (r->ops && r->ops->age_ns)
+		r->age_ns = r->ops->age_ns(r->priv);
+	r->prev = r->cur;
+	r->cur = t;
+	if (r->sweeps < 2)
+		r->sweeps++;
+	return 0;
+}
+
+const struct kvmstats_sample *kvmstats_reader__cur(const struct kvmstats_reader *r)
+{
+	return r->sweeps >= 1 ? r->cur : NULL;
+}
+
+const struct kvmstats_sample *kvmstats_reader__prev(const struct kvmstats_reader *r)
+{
+	return r->sweeps >= 2 ? r->prev : NULL;
+}
+
+int kvmstats_reader__error(const struct kvmstats_reader *r)
+{
+	return r->error;
+}
+
+uint64_t kvmstats_reader__age_ns(const struct kvmstats_reader *r)
+{
+	return r->age_ns;
+}
+
+struct kvmstats_schema *kvmstats_reader__schema(const struct kvmstats_reader *r)
+{
+	return r->schema;
+}
+
+const char *kvmstats_reader__id(const struct kvmstats_reader *r)
+{
+	return r->id;
+}
+
+int kvmstats_reader__fd(const struct kvmstats_reader *r)
+{
+	return r->fd;
+}
+
+const char *kvmstats_reader__source(const struct kvmstats_reader *r)
+{
+	if (r->ops)
+		return r->ops->source;
+	return r->fd >= 0 ? "fd" : "file";
+}
+
+const uint64_t *kvmstats_reader__missing(const struct kvmstats_reader *r)
+{
+	return r->any_missing ? r->missing : NULL;
+}
+
+void *kvmstats_reader__image(struct kvmstats_reader *r, size_t *len)
+{
+	unsigned char *img;
+	int err;
+
+	if (r->image) {
+		img = malloc(r->image_len ? r->image_len : 1);
+		if (!img)
+			return NULL;
+		memcpy(img, r->image, r->image_len);
+		*len = r->image_len;
+		return img;
+	}
+	if (r->fd < 0) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	err = ks_read_all_fd(r->fd, &img, len);
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	return img;
+}
+
+struct kvmstats_sample *kvmstats_sample__new(const struct kvmstats_schema *s)
+{
+	struct kvmstats_sample *smp = calloc(1, sizeof(*smp));
+	size_t size = s->data_size;
+
+	if (!smp)
+		return NULL;
+	/* Never zero bytes: a schema of no stats still gets a buffer. */
+	smp->data = calloc(1, size ? size : 8);
+	if (!smp->data) {
+		free(smp);
+		return NULL;
+	}
+	smp->size = size;
+	return smp;
+}
+
+void kvmstats_sample__free(struct kvmstats_sample *smp)
+{
+	if (!smp)
+		return;
+	free(smp->data);
+	free(smp);
+}

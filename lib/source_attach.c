@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/* The attach source: not written yet. */
+#include <errno.h>
+
+#include "internal.h"
+
+static int attach_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
+{
+	(void)v;
+	ks_err(a->errbuf, a->errbuf_sz, "the attach source is not available yet");
+	return -EOPNOTSUPP;
+}
+
+const struct ks_source ks_source_attach = {
+	.name = "attach",
+	.open = attach_open,
+};

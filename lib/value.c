@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Values: names of types and units, unit scaling, human formatting and
+ * histogram math.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+const char *kvmstats_type_str(unsigned int type)
+{
+	static const char *const names[] = {
+		"cumulative", "instant", "peak", "linear_hist", "log_hist",
+	};
+
+	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
+}
+
+const char *kvmstats_unit_str(unsigned int unit)
+{
+	static const char *const names[] = {
+		"none", "bytes", "seconds", "cycles", "boolean",
+	};
+
+	return unit < ARRAY_SIZE(names) ? names[unit] : "unknown";
+}
+
+const char *kvmstats_base_str(unsigned int base)
+{
+	static const char *const names[] = { "pow10", "pow2" };
+
+	return base < ARRAY_SIZE(names) ? names[base] : "unknown";
+}
+
+double kvmstats_stat__scale(const struct kvmstats_stat *st, double raw)
+{
+	int e = st->exponent;
+
+	if (!e)
+		return raw;
+	if (kvmstats_stat__base(st) == KVMSTATS_BASE_POW2)
+		return ldexp(raw, e);
+	if (kvmstats_stat__base(st) != KVMSTATS_BASE_POW10)
+		return raw;	/* unknown base: leave the raw value */
+	return raw * pow(10.0, e);
+}
+
+static int format_seconds(double v, char *buf, size_t len)
+{
+	static const struct {
+		double div;
+		const char *sfx;
+	} steps[] = {
+		{ 1, "s" }, { 1e-3, "ms" }, { 1e-6, "us" }, { 1e-9, "ns" },
+	};
+	double a = fabs(v);
+
+	if (v == 0)
+		return snprintf(buf, len, "0 s");
+	if (a >= 3600)
+		return snprintf(buf, len, "%.2f h", v / 3600);
+	if (a >= 60)
+		return snprintf(buf, len, "%.2f min", v / 60);
+	for (size_t i = 0; i < ARRAY_SIZE(steps); i++)
+		if (a >= steps[i].div || i == ARRAY_SIZE(steps) - 1)
+			return snprintf(buf, len, "%.3g %s", v / steps[i].div,
+					steps[i].sfx);
+	return 0;
+}
+
+static int format_scaled(double v, double step, const char *const *sfx,
+			 size_t nsfx, char *buf, size_t len)
+{
+	size_t i = 0;
+
+	while (fabs(v) >= step && i + 1 < nsfx) {
+		v /= step;
+		i++;
+	}
+	if (i == 0 && v == floor(v) && fabs(v) < 1e15)
+		return snprintf(buf, len, "%.0f%s%s", v, *sfx[0] ? " " : "",
+				sfx[0]);
+	return snprintf(buf, len, "%.3g %s", v, sfx[i]);
+}
+
+int kvmstats_format_unit(unsigned int unit, double v, char *buf, size_t len)
+{
+	static const char *const bytes[] = { "B", "KiB", "MiB", "GiB", "TiB",
+					     "PiB" };
+	static const char *const plain[] = { "", "k", "M", "G", "T", "P" };
+	static const char *const cycles[] = { "cycles", "kcycles", "Mcycles",
+					      "Gcycles", "Tcycles" };
+
+	switch (unit) {
+	case KVMSTATS_UNIT_BOOLEAN:
+		return snprintf(buf, len, "%s", v != 0 ? "yes" : "no");
+	case KVMSTATS_UNIT_SECONDS:
+		return format_seconds(v, buf, len);
+	case KVMSTATS_UNIT_BYTES:
+		return format_scaled(v, 1024, bytes, ARRAY_SIZE(bytes), buf, len);
+	case KVMSTATS_UNIT_CYCLES:
+		return format_scaled(v, 1000, cycles, ARRAY_SIZE(cycles), buf, len);
+	default:
+		return format_scaled(v, 1000, plain, ARRAY_SIZE(plain), buf, len);
+	}
+}
+
+int kvmstats_stat__format(const struct kvmstats_stat *st, double raw,
+			  char *buf, size_t len)
+{
+	return kvmstats_format_unit(kvmstats_stat__unit(st),
+				    kvmstats_stat__scale(st, raw), buf, len);
+}
+
+int kvmstats_hist__bucket_bounds(const struct kvmstats_stat *st, uint32_t i,
+				 double *lo, double *hi)
+{
+	bool last = i + 1 == st->size;
+
+	if (i >= st->size)
+		return -ERANGE;
+	switch (kvmstats_stat__type(st)) {
+	case KVMSTATS_TYPE_LOG_HIST:
+		/* The kernel puts value v in bucket fls64(v): 0 in bucket 0,
+		 * [2^(i-1), 2^i) in bucket i, and clamps to the last. */
+		*lo = i ? ldexp(1, (int)i - 1) : 0;
+		*hi = last ? INFINITY : ldexp(1, (int)i);
+		if (!i)
+			*hi = last ? INFINITY : 1;
+		return 0;
+	case KVMSTATS_TYPE_LINEAR_HIST:
+		/* v / bucket_size, clamped to the last bucket. */
+		*lo = (double)i * st->bucket_size;
+		*hi = last ? INFINITY : (double)(i + 1) * st->bucket_size;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+uint64_t kvmstats_hist__count(const struct kvmstats_stat *st,
+			      const uint64_t *buckets)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < st->size; i++)
+		n += buckets[i];
+	return n;
+}
+
+double kvmstats_hist__quantile(const struct kvmstats_stat *st,
+			       const uint64_t *buckets, double q)
+{
+	uint64_t total = kvmstats_hist__count(st, buckets);
+	double rank, seen = 0, lo, hi;
+
+	if (!total || q < 0 || q > 1 || isnan(q))
+		return NAN;
+	rank = q * (double)total;
+	for (uint32_t i = 0; i < st->size; i++) {
+		if (!buckets[i])
+			continue;
+		if (seen + (double)buckets[i] < rank && i + 1 < st->size) {
+			seen += (double)buckets[i];
+			continue;
+		}
+		if (kvmstats_hist__bucket_bounds(st, i, &lo, &hi))
+			return NAN;
+		/* The open last bucket has no upper edge: report its floor. */
+		if (isinf(hi))
+			return lo;
+		return lo + (hi - lo) * ((rank - seen) / (double)buckets[i]);
+	}
+	return NAN;
+}

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * VMM processes and their VMs.
+ *
+ * A VMM that holds stats fds (QEMU 8.1+, our tiny VMM) lends them to us:
+ * pidfd_getfd() duplicates each into this process, and from then on a
+ * reading is a pread of our own fd, with no contact with the VMM. A stats
+ * fd holds a reference on its VM, so the copies must be closed once the
+ * VMM exits (the pidfd becomes readable) or the dead VM's memory stays
+ * allocated in the kernel.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd 438
+#endif
+
+
+struct kvmstats_vmm *kvmstats_vmm__new(pid_t pid, const char *name)
+{
+	struct kvmstats_vmm *v = calloc(1, sizeof(*v));
+
+	if (!v)
+		return NULL;
+	v->pid = pid;
+	v->pidfd = -1;
+	v->source = "fd";
+	snprintf(v->name, sizeof(v->name), "%s", name ? name : "");
+	return v;
+}
+
+struct kvmstats_vm *kvmstats_vmm__add_vm(struct kvmstats_vmm *v,
+					 struct kvmstats_reader *r)
+{
+	struct kvmstats_vm *vm;
+	void *p = realloc(v->vms, (v->nvms + 1) * sizeof(*v->vms));
+
+	if (!p)
+		return NULL;
+	v->vms = p;
+	vm = calloc(1, sizeof(*vm));
+	if (!vm)
+		return NULL;
+	vm->r = r;
+	vm->remote_fd = -1;
+	v->vms[v->nvms++] = vm;
+	return vm;
+}
+
+int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
+		   struct kvmstats_reader *r)
+{
+	void *p = realloc(vm->vcpus, (vm->nvcpus + 1) * sizeof(*vm->vcpus));
+
+	if (!p)
+		return -ENOMEM;
+	vm->vcpus = p;
+	vm->vcpus[vm->nvcpus++] = (struct ks_vcpu_slot){ index, remote_fd, r };
+	return 0;
+}
+
+int kvmstats_vm__add_vcpu(struct kvmstats_vm *vm, int index,
+			  struct kvmstats_reader *r)
+{
+	return ks_vm_add_vcpu(vm, index, -1, r);
+}
+
+/* Has this VMM's fd number @fd already been taken? */
+static bool taken(const struct kvmstats_vmm *v, int fd)
+{
+	for (size_t i = 0; i < v->nvms; i++) {
+		const struct kvmstats_vm *vm = v->vms[i];
+
+		if (vm->remote_fd == fd)
+			return true;
+		for (size_t j = 0; j < vm->nvcpus; j++)
+			if (vm->vcpus[j].remote_fd == fd)
+				return true;
+	}
+	return false;
+}
+
+void ks_vm_free(struct kvmstats_vm *vm)
+{
+	kvmstats_reader__close(vm->r);
+	for (size_t i = 0; i < vm->nvcpus; i++)
+		kvmstats_reader__close(vm->vcpus[i].r);
+	free(vm->vcpus);
+	free(vm);
+}
+
+void kvmstats_vmm__close(struct kvmstats_vmm *v)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < v->nvms; i++)
+		ks_vm_free(v->vms[i]);
+	free(v->vms);
+	if (v->pidfd >= 0)
+		close(v->pidfd);
+	if (v->priv_free)
+		v->priv_free(v->priv);
+	free(v);
+}
+
+/* Duplicate the VMM's fd @fd and open a reader on it; logs and skips an fd
+ * that vanished or cannot be read. */
+static struct kvmstats_reader *grab(struct kvmstats_ctx *ctx,
+				    struct kvmstats_vmm *v, int fd)
+{
+	struct kvmstats_reader *r;
+	char why[200] = "";
+	int myfd = (int)syscall(__NR_pidfd_getfd, v->pidfd, fd, 0);
+
+	if (myfd < 0) {
+		ks_log(ctx, KVMSTATS_LOG_WARN, "pid %d fd %d: pidfd_getfd: %s",
+		       (int)v->pid, fd, strerror(errno));
+		return NULL;
+	}
+	r = kvmstats_reader__open_fd(ctx, myfd,
+		&(struct kvmstats_reader_opts){
+			.sz = sizeof(struct kvmstats_reader_opts),
+			.flags = KVMSTATS_READER_OWN_FD,
+			.errbuf = why, .errbuf_sz = sizeof(why) });
+	if (!r) {
+		ks_log(ctx, KVMSTATS_LOG_WARN, "pid %d fd %d: %s", (int)v->pid,
+		       fd, why);
+		close(myfd);
+	}
+	return r;
+}
+
+/* The VM a vCPU stats fd belongs to: the last VM stats fd before it in fd
+ * order (VMMs create a VM, then its vCPUs). */
+static struct kvmstats_vm *owner_vm(struct kvmstats_vmm *v, int fd)
+{
+	struct kvmstats_vm *best = NULL;
+
+	for (size_t i = 0; i < v->nvms; i++)
+		if (v->vms[i]->remote_fd < fd &&
+		    (!best || v->vms[i]->remote_fd > best->remote_fd))
+			best = v->vms[i];
+	if (!best && v->nvms)
+		best = v->vms[0];
+	return best;
+}
+
+/* Take the stats fds of @fds not taken yet: at open, every one; on a
+ * refresh, those of hot-added vCPUs (and VMs). Returns how many. */
+static int take_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v,
+		    const struct kvmstats_proc_fd *fds, int n)
+{
+	struct kvmstats_reader *r = NULL;
+	struct kvmstats_vm *vm;
+	int added = 0;
+
+	for (int i = 0; i < n; i++) {
+		const struct kvmstats_proc_fd *f = &fds[i];
+
+		if (f->kind != KVMSTATS_FD_VM_STATS || taken(v, f->fd))
+			continue;
+		r = grab(ctx, v, f->fd);
+		if (!r)
+			continue;
+		vm = kvmstats_vmm__add_vm(v, r);
+		if (!vm)
+			goto nomem;
+		vm->remote_fd = f->fd;
+		added++;
+	}
+	for (int i = 0; i < n; i++) {
+		const struct kvmstats_proc_fd *f = &fds[i];
+
+		if (f->kind != KVMSTATS_FD_VCPU_STATS || taken(v, f->fd))
+			continue;
+		r = grab(ctx, v, f->fd);
+		if (!r)
+			continue;
+		vm = owner_vm(v, f->fd);
+		/* vCPU fds and no VM fd: a VM we cannot read itself. */
+		if (!vm)
+			vm = kvmstats_vmm__add_vm(v, NULL);
+		if (!vm || ks_vm_add_vcpu(vm, f->index, f->fd, r))
+			goto nomem;
+		added++;
+	}
+	return added;
+nomem:
+	kvmstats_reader__close(r);
+	return -ENOMEM;
+}
+
+int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v)
+{
+	struct kvmstats_proc_fd *fds = NULL;
+	int n = kvmstats_proc__kvm_fds(v->pid, &fds);
+
+	if (n < 0)
+		return n;
+	n = take_fds(ctx, v, fds, n);
+	free(fds);
+	return n;
+}
+
+int ks_vmm_pidfd_open(struct kvmstats_vmm *v)
+{
+	v->pidfd = (int)syscall(__NR_pidfd_open, v->pid, 0);
+	return v->pidfd < 0 ? -errno : 0;
+}
+
+struct kvmstats_vmm *kvmstats_vmm__open(struct kvmstats_ctx *ctx, pid_t pid,
+					const struct kvmstats_vmm_opts *opts)
+{
+	struct kvmstats_vmm_opts o;
+	struct kvmstats_vmm *v;
+	int err = ks_opts_copy(&o, sizeof(o), opts);
+
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	v = kvmstats_vmm__new(pid, NULL);
+	if (!v)
+		return NULL;
+	/* The pidfd first: it pins the process, so the fds listed after it
+	 * belong to this process and not to one that reused the pid. */
+	err = ks_vmm_pidfd_open(v);
+	if (err) {
+		ks_err(o.errbuf, o.errbuf_sz, "pid %d: pidfd_open: %s", (int)pid,
+		       strerror(-err));
+		goto err;
+	}
+	kvmstats_proc__name(pid, v->name, sizeof(v->name));
+	err = ks_vmm_take_held_fds(ctx, v);
+	if (err < 0) {
+		ks_err(o.errbuf, o.errbuf_sz, "pid %d: %s", (int)pid, strerror(-err));
+		goto err;
+	}
+	if (!v->nvms) {
+		err = -ENOENT;
+		ks_err(o.errbuf, o.errbuf_sz, "pid %d holds no readable KVM stats fd",
+		       (int)pid);
+		goto err;
+	}
+	return v;
+err:
+	kvmstats_vmm__close(v);
+	errno = -err;
+	return NULL;
+}
+
+pid_t kvmstats_vmm__pid(const struct kvmstats_vmm *v)
+{
+	return v->pid;
+}
+
+const char *kvmstats_vmm__name(const struct kvmstats_vmm *v)
+{
+	return v->name;
+}
+
+int kvmstats_vmm__pidfd(const struct kvmstats_vmm *v)
+{
+	return v->pidfd;
+}
+
+bool kvmstats_vmm__alive(const struct kvmstats_vmm *v)
+{
+	struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+
+	if (v->pidfd < 0)
+		return true;	/* not a process we watch (e.g. files) */
+	return poll(&p, 1, 0) == 0;
+}
+
+size_t kvmstats_vmm__num_vms(const struct kvmstats_vmm *v)
+{
+	return v->nvms;
+}
+
+struct kvmstats_vm *kvmstats_vmm__vm(const struct kvmstats_vmm *v, size_t i)
+{
+	if (i >= v->nvms) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return v->vms[i];
+}
+
+const char *kvmstats_vmm__source(const struct kvmstats_vmm *v)
+{
+	return v->source;
+}
+
+uint64_t kvmstats_vmm__uid(const struct kvmstats_vmm *v)
+{
+	return v->uid;
+}
+
+uint64_t kvmstats_vmm__memory_bytes(const struct kvmstats_vmm *v)
+{
+	return v->memory_bytes;
+}
+
+struct kvmstats_reader *kvmstats_vm__reader(const struct kvmstats_vm *vm)
+{
+	return vm->r;
+}
+
+size_t kvmstats_vm__num_vcpus(const struct kvmstats_vm *vm)
+{
+	return vm->nvcpus;
+}
+
+struct kvmstats_reader *kvmstats_vm__vcpu(const struct kvmstats_vm *vm,
+					  size_t i, int *index)
+{
+	if (i >= vm->nvcpus) {
+		errno = ENOENT;
+		return NULL;
+	}
+	if (index)
+		*index = vm->vcpus[i].index;
+	return vm->vcpus[i].r;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# Install the Debian packages a build or a test run needs, when missing.
+# Usage: scripts/deps.sh build|test
+# As root it runs apt-get; otherwise it prints the exact command to run.
+set -eu
+
+build="gcc make pkg-config libjson-c-dev libncurses-dev libmicrohttpd-dev
+libcap-ng-dev zlib1g-dev"
+test="$build libcmocka-dev clang libclang-rt-14-dev llvm qemu-system-x86
+jq tmux prometheus wrk binutils"
+
+case "${1:-build}" in
+build) want=$build ;;
+test) want=$test ;;
+*) echo "usage: $0 build|test" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $want; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+cmd="apt-get install -y --no-install-recommends$missing"
+if [ "$(id -u)" != 0 ]; then
+	echo "missing packages:$missing" >&2
+	echo "run as root: apt-get update && $cmd" >&2
+	exit 1
+fi
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2 || true
+$cmd >&2
