@@ -135,6 +135,10 @@ void targets_close(struct target_set *t);
 /* The raw kernel value as JSON: integer, boolean, or array. */
 struct json_object *stat_json(const struct kvmstats_stat *st,
 			      const uint64_t *v);
+/* {"name": value, ...} for a whole data block; a stat whose bit is set in
+ * @missing (may be NULL) is null: its source could not read it. */
+struct json_object *stats_json(const struct kvmstats_schema *s,
+			       const void *data, const uint64_t *missing);
 /* Readable value: "1.25 s", "yes", "n=12 p50=3 us p99=1 ms". */
 void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 		size_t len);
@@ -143,7 +147,14 @@ void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	      size_t len, int width);
 
 /* ---- subcommands -------------------------------------------------- */
+int cmd_top(struct cli *cli, int argc, char **argv);
+int cmd_list(struct cli *cli, int argc, char **argv);
 int cmd_dump(struct cli *cli, int argc, char **argv);
+int cmd_record(struct cli *cli, int argc, char **argv);
+int cmd_replay(struct cli *cli, int argc, char **argv);
+int cmd_serve(struct cli *cli, int argc, char **argv);
+int cmd_plan(struct cli *cli, int argc, char **argv);
 int cmd_check(struct cli *cli, int argc, char **argv);
+int cmd_demo(struct cli *cli, int argc, char **argv);
 
 #endif

@@ -55,23 +55,12 @@ static bool stat_missing(const struct reading *rd, const struct kvmstats_stat *s
 	return m && (m[i / 64] >> (i % 64)) & 1;
 }
 
-static struct json_object *stats_json(const struct reading *rd)
+static struct json_object *reading_json(const struct reading *rd)
 {
-	struct json_object *o = json_object_new_object();
-	const struct kvmstats_schema *s;
-	const struct kvmstats_stat *st;
-
 	if (!rd->r || rd->err)
-		return o;
-	s = kvmstats_reader__schema(rd->r);
-	kvmstats_schema__for_each(st, s) {
-		struct json_object *v = NULL;
-
-		if (!stat_missing(rd, st))
-			v = stat_json(st, kvmstats_stat__values(st, rd->smp->data));
-		json_object_object_add(o, kvmstats_stat__name(st), v);
-	}
-	return o;
+		return json_object_new_object();
+	return stats_json(kvmstats_reader__schema(rd->r), rd->smp->data,
+			  kvmstats_reader__missing(rd->r));
 }
 
 static void add_error(struct json_object *o, const struct reading *rd)
@@ -94,7 +83,7 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 					     : NULL);
 	json_object_object_add(o, "source",
 			       json_object_new_string(kvmstats_vmm__source(v)));
-	json_object_object_add(o, "stats", stats_json(&rd));
+	json_object_object_add(o, "stats", reading_json(&rd));
 	add_error(o, &rd);
 	drop(&rd);
 	for (size_t i = 0; i < kvmstats_vm__num_vcpus(vm); i++) {
@@ -105,7 +94,7 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 		json_object_object_add(c, "index", json_object_new_int(index));
 		json_object_object_add(c, "id", json_object_new_string(
 							kvmstats_reader__id(cr.r)));
-		json_object_object_add(c, "stats", stats_json(&cr));
+		json_object_object_add(c, "stats", reading_json(&cr));
 		add_error(c, &cr);
 		drop(&cr);
 		json_object_array_add(vcpus, c);
@@ -131,7 +120,7 @@ static int print_json(struct cli *cli, struct target_set *t)
 		json_object_object_add(f, "path", json_object_new_string(t->paths[i]));
 		json_object_object_add(f, "id", json_object_new_string(
 							kvmstats_reader__id(rd.r)));
-		json_object_object_add(f, "stats", stats_json(&rd));
+		json_object_object_add(f, "stats", reading_json(&rd));
 		add_error(f, &rd);
 		drop(&rd);
 		json_object_array_add(files, f);

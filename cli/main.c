@@ -20,8 +20,15 @@ static int cmd_help(struct cli *cli, int argc, char **argv);
 static int cmd_version(struct cli *cli, int argc, char **argv);
 
 static const struct cmd cmds[] = {
+	{ "top", cmd_top, "live view of every VM's stats (the default)" },
+	{ "list", cmd_list, "list the VMMs on the host and their sources" },
 	{ "dump", cmd_dump, "print one reading of every VM and vCPU" },
+	{ "record", cmd_record, "log readings to a file (or vmstat-like text)" },
+	{ "replay", cmd_replay, "print a recorded log" },
+	{ "serve", cmd_serve, "Prometheus exporter" },
+	{ "plan", cmd_plan, "rank VMs by predicted live-migration cost" },
 	{ "check", cmd_check, "check the kernel's stats interface, or image files" },
+	{ "demo", cmd_demo, "run built-in guests and watch them in top" },
 	{ "version", cmd_version, "print the version" },
 	{ "help", cmd_help, "this text" },
 };
@@ -197,11 +204,10 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (optind >= argc) {
-		usage(stderr, cli.prog);
-		return EXIT_USAGE;
-	}
-	cmd = find_cmd(argv[optind]);
+	/* No command: top, as kvm_stat opens its live view. */
+	cmd = optind < argc ? find_cmd(argv[optind]) : &cmds[0];
+	if (optind >= argc)
+		optind--;	/* the command's argv[0] is then the program */
 	if (!cmd) {
 		cli_err(&cli, "what is '%s'? Try '%s help'.", argv[optind], cli.prog);
 		return EXIT_USAGE;

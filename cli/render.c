@@ -30,6 +30,23 @@ struct json_object *stat_json(const struct kvmstats_stat *st,
 	return a;
 }
 
+struct json_object *stats_json(const struct kvmstats_schema *s,
+			       const void *data, const uint64_t *missing)
+{
+	struct json_object *o = json_object_new_object();
+	const struct kvmstats_stat *st;
+
+	kvmstats_schema__for_each(st, s) {
+		uint32_t i = kvmstats_stat__index(st);
+		struct json_object *v = NULL;
+
+		if (!missing || !((missing[i / 64] >> (i % 64)) & 1))
+			v = stat_json(st, kvmstats_stat__values(st, data));
+		json_object_object_add(o, kvmstats_stat__name(st), v);
+	}
+	return o;
+}
+
 /* A histogram's quantile in the stat's unit, or "-" when empty. */
 static void quantile_str(const struct kvmstats_stat *st, const uint64_t *v,
 			 double q, char *buf, size_t len)

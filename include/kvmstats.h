@@ -220,6 +220,19 @@ KVMSTATS_API uint64_t kvmstats_hist__count(const struct kvmstats_stat *st,
 KVMSTATS_API double kvmstats_hist__quantile(const struct kvmstats_stat *st,
 					    const uint64_t *buckets, double q);
 
+/* Intervals: what changed between two data blocks of one schema taken
+ * @dt_ns apart. For a cumulative stat, the increase per second (a counter
+ * that went down, e.g. a new VM behind a reused id, gives NAN); for any
+ * other type NAN: instant and peak stats are levels, not rates. */
+KVMSTATS_API double kvmstats_stat__rate(const struct kvmstats_stat *st,
+					const void *prev, const void *cur,
+					uint64_t dt_ns);
+/* The interval's histogram: cur - prev per bucket (0 where it went
+ * down). @out has kvmstats_stat__size() entries. */
+KVMSTATS_API void kvmstats_hist__delta(const struct kvmstats_stat *st,
+				       const void *prev, const void *cur,
+				       uint64_t *out);
+
 /* ---------------------------------------------------------------------
  * Validation: every rule of the interface, as findings (never asserts).
  */

@@ -175,3 +175,27 @@ double kvmstats_hist__quantile(const struct kvmstats_stat *st,
 	}
 	return NAN;
 }
+
+double kvmstats_stat__rate(const struct kvmstats_stat *st, const void *prev,
+			   const void *cur, uint64_t dt_ns)
+{
+	uint64_t a, b;
+
+	if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE || !dt_ns)
+		return NAN;
+	a = kvmstats_stat__values(st, prev)[0];
+	b = kvmstats_stat__values(st, cur)[0];
+	if (b < a)
+		return NAN;
+	return (double)(b - a) * 1e9 / (double)dt_ns;
+}
+
+void kvmstats_hist__delta(const struct kvmstats_stat *st, const void *prev,
+			  const void *cur, uint64_t *out)
+{
+	const uint64_t *a = kvmstats_stat__values(st, prev);
+	const uint64_t *b = kvmstats_stat__values(st, cur);
+
+	for (uint32_t i = 0; i < st->size; i++)
+		out[i] = b[i] >= a[i] ? b[i] - a[i] : 0;
+}
