@@ -70,18 +70,6 @@ const struct ks_source ks_source_fd = {
 
 /* ---- host ---- */
 
-struct kvmstats_host {
-	struct kvmstats_ctx *ctx;
-	struct kvmstats_host_opts o;
-	pid_t *pids;
-	const struct ks_source *only;	/* NULL: auto */
-	struct kvmstats_vmm **vmms;
-	size_t n;
-	uint64_t next_uid;
-	uint64_t time_ns;
-	char errors[1024];
-};
-
 static const struct ks_source *find_source(const char *name)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(sources); i++)

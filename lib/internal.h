@@ -108,6 +108,18 @@ struct ks_source {
 extern const struct ks_source ks_source_fd, ks_source_attach, ks_source_qmp,
 	ks_source_libvirt, ks_source_debugfs;
 
+struct kvmstats_host {
+	struct kvmstats_ctx *ctx;
+	struct kvmstats_host_opts o;
+	pid_t *pids;
+	const struct ks_source *only;	/* NULL: auto */
+	struct kvmstats_vmm **vmms;
+	size_t n;
+	uint64_t next_uid;
+	uint64_t time_ns;
+	char errors[1024];
+};
+
 /* Log through the context's callback (no-op when ctx or callback NULL). */
 void ks_log(const struct kvmstats_ctx *ctx, enum kvmstats_log_level level,
 	    const char *fmt, ...) __attribute__((format(printf, 3, 4)));

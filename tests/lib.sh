@@ -61,3 +61,41 @@ start_vmm() {
 	track "$VMM_PID"
 	wait_file "$ready" 20 || { echo "# tinyvmm $* did not get ready"; return 1; }
 }
+
+MBGUEST=${MBGUEST:-$ROOT/build/mbguest.elf}
+
+# start_qemu NAME APPEND [QEMU ARGS...]: a real QEMU VM running our
+# multiboot guest, with a QMP socket; waits for READY on its serial port.
+# Sets QEMU_PID, QMP_SOCK, SERIAL.
+start_qemu() {
+	local name=$1 append=$2
+	shift 2
+	QMP_SOCK=$TMP/$name.qmp
+	SERIAL=$TMP/$name.serial
+	qemu-system-x86_64 -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
+		-display none -nodefaults -no-user-config -name "guest=$name" \
+		-serial "file:$SERIAL" -qmp "unix:$QMP_SOCK,server=on,wait=off" \
+		-kernel "$MBGUEST" -append "$append" "$@" &
+	QEMU_PID=$!
+	track "$QEMU_PID"
+	local i
+	for i in $(seq 300); do
+		grep -q READY "$SERIAL" 2>/dev/null && return 0
+		kill -0 "$QEMU_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "# QEMU $name did not print READY"
+	return 1
+}
+
+# qmp SOCK JSON...: send QMP commands (after qmp_capabilities), print the
+# replies, one per line.
+qmp() {
+	local sock=$1
+	shift
+	{
+		echo '{"execute":"qmp_capabilities"}'
+		for c in "$@"; do echo "$c"; done
+		sleep 0.5
+	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
+}
