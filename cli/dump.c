@@ -337,7 +337,7 @@ static int print_table(struct target_set *t)
 		drop(&rd);
 		putchar('\n');
 	}
-	if (!t->nvmms && !t->nfiles)
+	if (!t->nvmms && !t->nfiles && !t->failures)
 		printf("no VM holds a stats fd; see 'kvmstats list' (or 'kvmstats demo')\n");
 	return 0;
 }

@@ -16,7 +16,7 @@ skip() { echo "ok - $1 # SKIP $2"; }
 check() {
 	local name=$1
 	shift
-	if "$@"; then pass "$name"; else fail "$name" "command failed: $*"; fi
+	if "$@" >/dev/null; then pass "$name"; else fail "$name" "command failed: $*"; fi
 }
 
 have_kvm() { [ -c /dev/kvm ] && [ -r /dev/kvm ] && [ -w /dev/kvm ]; }

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/* Decoding: unit scaling, human formats, histogram math, rates. */
+#include <math.h>
+
+#include "unit.h"
+
+static struct kvmstats_ctx *ctx;
+static struct kvmstats_schema *schema;
+
+#define F(t, u, b) KVMSTATS_FLAGS(KVMSTATS_TYPE_##t, KVMSTATS_UNIT_##u, KVMSTATS_BASE_##b)
+
+static const struct kvmstats_encode_desc descs[] = {
+	{ "ns", F(CUMULATIVE, SECONDS, POW10), -9, 1, 0 },
+	{ "kib", F(INSTANT, BYTES, POW2), 10, 1, 0 },
+	{ "cycles", F(CUMULATIVE, CYCLES, POW10), 0, 1, 0 },
+	{ "flag", F(INSTANT, BOOLEAN, POW10), 0, 1, 0 },
+	{ "loghist", F(LOG_HIST, SECONDS, POW10), -9, 8, 0 },
+	{ "linhist", F(LINEAR_HIST, NONE, POW10), 0, 4, 100 },
+	{ "level", F(INSTANT, NONE, POW10), 0, 1, 0 },
+};
+
+static int setup(void **state)
+{
+	unsigned char *img;
+	size_t len;
+
+	(void)state;
+	ctx = kvmstats_ctx__new(NULL);
+	img = kvmstats_image__encode("kvm-1", descs, 7, NULL, &len, NULL);
+	schema = kvmstats_schema__parse(ctx, img, len, NULL, 0);
+	free(img);
+	return schema ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kvmstats_schema__put(schema);
+	kvmstats_ctx__free(ctx);
+	return 0;
+}
+
+static const struct kvmstats_stat *stat(const char *name)
+{
+	const struct kvmstats_stat *st = kvmstats_schema__find(schema, name);
+
+	assert_non_null(st);
+	return st;
+}
+
+static void fmt(const char *name, double raw, const char *want)
+{
+	char buf[64];
+
+	kvmstats_stat__format(stat(name), raw, buf, sizeof(buf));
+	assert_string_equal(buf, want);
+}
+
+static void test_scale(void **state)
+{
+	(void)state;
+	assert_true(fabs(kvmstats_stat__scale(stat("ns"), 1.25e9) - 1.25) < 1e-12);
+	assert_true(kvmstats_stat__scale(stat("kib"), 3) == 3072);
+	assert_true(kvmstats_stat__scale(stat("cycles"), 7) == 7);
+}
+
+static void test_format(void **state)
+{
+	(void)state;
+	fmt("ns", 1.25e9, "1.25 s");
+	fmt("ns", 3.5e6, "3.5 ms");
+	fmt("ns", 0, "0 s");
+	fmt("ns", 120e9, "2.00 min");
+	fmt("kib", 1024, "1 MiB");
+	fmt("kib", 1, "1 KiB");
+	fmt("flag", 1, "yes");
+	fmt("flag", 0, "no");
+	fmt("level", 1024, "1.02 k");
+	fmt("level", 512, "512");
+	fmt("cycles", 5, "5 cycles");
+}
+
+static void test_log_buckets(void **state)
+{
+	const struct kvmstats_stat *st = stat("loghist");
+	double lo, hi;
+
+	(void)state;
+	/* The kernel puts v in bucket fls64(v). */
+	assert_int_equal(kvmstats_hist__bucket_bounds(st, 0, &lo, &hi), 0);
+	assert_true(lo == 0 && hi == 1);
+	kvmstats_hist__bucket_bounds(st, 1, &lo, &hi);
+	assert_true(lo == 1 && hi == 2);
+	kvmstats_hist__bucket_bounds(st, 5, &lo, &hi);
+	assert_true(lo == 16 && hi == 32);
+	kvmstats_hist__bucket_bounds(st, 7, &lo, &hi);
+	assert_true(lo == 64 && isinf(hi));
+	assert_int_equal(kvmstats_hist__bucket_bounds(st, 8, &lo, &hi), -ERANGE);
+}
+
+static void test_linear_buckets(void **state)
+{
+	const struct kvmstats_stat *st = stat("linhist");
+	double lo, hi;
+
+	(void)state;
+	kvmstats_hist__bucket_bounds(st, 2, &lo, &hi);
+	assert_true(lo == 200 && hi == 300);
+	kvmstats_hist__bucket_bounds(st, 3, &lo, &hi);
+	assert_true(lo == 300 && isinf(hi));
+	assert_int_equal(kvmstats_hist__bucket_bounds(stat("ns"), 0, &lo, &hi),
+			 -EINVAL);
+}
+
+static void test_quantiles(void **state)
+{
+	const struct kvmstats_stat *lin = stat("linhist");
+	const struct kvmstats_stat *lg = stat("loghist");
+	uint64_t b[4] = { 10, 10, 0, 0 };
+	uint64_t l[8] = { 0, 0, 0, 0, 100, 0, 0, 0 };
+	uint64_t empty[8] = { 0 };
+	uint64_t last[4] = { 0, 0, 0, 5 };
+
+	(void)state;
+	assert_int_equal(kvmstats_hist__count(lin, b), 20);
+	/* 50% of 20 = rank 10: the end of bucket 0. */
+	assert_true(fabs(kvmstats_hist__quantile(lin, b, 0.5) - 100) < 1e-9);
+	assert_true(fabs(kvmstats_hist__quantile(lin, b, 0.75) - 150) < 1e-9);
+	/* All in [8,16): p50 interpolates to 12. */
+	assert_true(fabs(kvmstats_hist__quantile(lg, l, 0.5) - 12) < 1e-9);
+	assert_true(isnan(kvmstats_hist__quantile(lg, empty, 0.5)));
+	/* The open last bucket reports its floor. */
+	assert_true(kvmstats_hist__quantile(lin, last, 0.99) == 300);
+	assert_true(isnan(kvmstats_hist__quantile(lin, b, 1.5)));
+}
+
+static void test_rate_and_delta(void **state)
+{
+	size_t n = kvmstats_schema__data_size(schema) / 8;
+	uint64_t *a = calloc(n, 8), *b = calloc(n, 8), out[8];
+	const struct kvmstats_stat *ns = stat("ns"), *lg = stat("loghist");
+
+	(void)state;
+	a[kvmstats_stat__offset(ns) / 8] = 1000;
+	b[kvmstats_stat__offset(ns) / 8] = 3000;
+	assert_true(kvmstats_stat__rate(ns, a, b, 2000000000ull) == 1000);
+	/* Levels have no rate; counters that go down neither. */
+	assert_true(isnan(kvmstats_stat__rate(stat("level"), a, b, 1000)));
+	assert_true(isnan(kvmstats_stat__rate(ns, b, a, 1000)));
+	assert_true(isnan(kvmstats_stat__rate(ns, a, b, 0)));
+	a[kvmstats_stat__offset(lg) / 8 + 3] = 5;
+	b[kvmstats_stat__offset(lg) / 8 + 3] = 9;
+	b[kvmstats_stat__offset(lg) / 8 + 1] = 2;
+	kvmstats_hist__delta(lg, a, b, out);
+	assert_int_equal(out[3], 4);
+	assert_int_equal(out[1], 2);
+	assert_int_equal(out[0], 0);
+	free(a);
+	free(b);
+}
+
+static void test_fd_kinds(void **state)
+{
+	int idx = 99;
+
+	(void)state;
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vm", &idx), KVMSTATS_FD_VM);
+	assert_int_equal(idx, -1);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vm-stats", &idx),
+			 KVMSTATS_FD_VM_STATS);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vcpu:3", &idx),
+			 KVMSTATS_FD_VCPU);
+	assert_int_equal(idx, 3);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vcpu-stats:17", &idx),
+			 KVMSTATS_FD_VCPU_STATS);
+	assert_int_equal(idx, 17);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vcpu-stats:x", &idx),
+			 KVMSTATS_FD_OTHER);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vmx", &idx),
+			 KVMSTATS_FD_OTHER);
+	assert_int_equal(kvmstats_fd_kind("/dev/kvm", &idx), KVMSTATS_FD_OTHER);
+	assert_int_equal(kvmstats_fd_kind("anon_inode:kvm-vcpu:99999999999", &idx),
+			 KVMSTATS_FD_OTHER);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_string_equal(kvmstats_type_str(KVMSTATS_TYPE_LOG_HIST), "log_hist");
+	assert_string_equal(kvmstats_unit_str(KVMSTATS_UNIT_CYCLES), "cycles");
+	assert_string_equal(kvmstats_base_str(KVMSTATS_BASE_POW2), "pow2");
+	assert_string_equal(kvmstats_unit_str(12), "unknown");
+	assert_non_null(kvmstats_version_string());
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scale),
+		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_log_buckets),
+		cmocka_unit_test(test_linear_buckets),
+		cmocka_unit_test(test_quantiles),
+		cmocka_unit_test(test_rate_and_delta),
+		cmocka_unit_test(test_fd_kinds),
+		cmocka_unit_test(test_names),
+	};
+
+	return cmocka_run_group_tests_name("value", tests, setup, teardown);
+}
