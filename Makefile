@@ -9,24 +9,24 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 SAN ?=
 
-# The library needs json-c (QMP) and, when present, libvirt; the CLI adds
+# The library needs json-c (QMP), zlib (log CRCs) and, when present, libvirt; the CLI adds
 # what its sinks use.
-LIB_PKGS := json-c
+LIB_PKGS := json-c zlib
 HAVE_LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo 1)
 ifeq ($(HAVE_LIBVIRT),1)
 LIB_PKGS += libvirt
 endif
 PKGS := $(LIB_PKGS) ncursesw libmicrohttpd libcap-ng zlib
 
-CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wno-missing-field-initializers \
+OPTFLAGS ?= -O2 -g
+override CFLAGS += $(OPTFLAGS) -std=gnu11 -Wall -Wextra -Wshadow -Wno-missing-field-initializers \
 	  -D_GNU_SOURCE -DKVMSTATS_VERSION='"$(VERSION)"' -Iinclude
 ifneq ($(SAN),)
-CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+override CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=$(SAN)
 endif
 ifeq ($(HAVE_LIBVIRT),1)
-CFLAGS += -DHAVE_LIBVIRT=1
+override CFLAGS += -DHAVE_LIBVIRT=1
 endif
 LIB_CFLAGS = $(CFLAGS) -fPIC -fvisibility=hidden \
 	     $(shell pkg-config --cflags $(LIB_PKGS) 2>/dev/null)
@@ -93,6 +93,9 @@ $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 $(O)/bench/%: bench/%.c $(O)/libkvmstats.a | $(O)/bench
 	$(CC) $(CFLAGS) -O2 $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
+$(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a
+	$(CC) $(CFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
+
 $(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell pkg-config --cflags $(LIB_PKGS)) \
@@ -114,9 +117,9 @@ run-bench: $(BENCH_BIN)
 # The whole suite: unit, CLI, fuzz, KVM and QEMU integration, and the
 # unit and CLI tests again under ASan+UBSan (in build-san/).
 test: test-deps
-	@$(MAKE) --no-print-directory build unit $(O)/fuzz/fuzz_image
+	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/fuzz/fuzz_image
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
-		CFLAGS='-O1 -g' build-san/kvmstats unit
+		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 	tests/run.sh
 
 demo: all
@@ -127,7 +130,7 @@ install: all
 		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(O)/kvmstats $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/kvmstats.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(O)/libkvmstats.a $(DESTDIR)$(PREFIX)/lib/
 	cp -P $(O)/libkvmstats.so* $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(O)/libkvmstats.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
