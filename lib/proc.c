@@ -86,6 +86,7 @@ int kvmstats_proc__kvm_fds(pid_t pid, struct kvmstats_proc_fd **out)
 	DIR *dir;
 	int dfd, err = 0;
 
+	*out = NULL;
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	dir = opendir(path);
 	if (!dir)
