@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * The guest side of tinyvmm: two hand-assembled programs (16-bit real mode
  * and flat 32-bit protected mode), the tables protected mode needs, and the
@@ -17,6 +17,7 @@
  * Machine code rather than an assembler file so that the whole VMM builds
  * with one cc command line.
  */
+#define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -68,80 +69,86 @@ static const uint8_t real_code[] = {
 
 /*
  * 32-bit code.  With a LAPIC timer count in the mailbox the entry enables
- * the in-kernel LAPIC and every hlt is preceded by arming a one-shot timer;
- * cli/sti around the arming keeps the interrupt from firing before the hlt
- * (sti delays interrupts by one instruction, so sti;hlt cannot miss it).
+ * the in-kernel LAPIC and every hlt is preceded by arming a one-shot timer.
+ * IF is set only by the sti right before a hlt (sti delays interrupts by
+ * one instruction, so sti;hlt cannot miss a timer that already fired), so
+ * the timer interrupt can only ever interrupt that hlt.
  */
 static const uint8_t prot_code[] = {
 	/* entry: */
 	0x8b, 0x43, 0x18,		/* 00 mov    24(%ebx),%eax	timer */
 	0x85, 0xc0,			/* 03 test   %eax,%eax */
-	0x74, 0x1f,			/* 05 je     26 */
-	0xc7, 0x05, APIC_B(0x0f0),	/* 07 movl   $0x1ff,APIC_SVR */
+	0x74, 0x1e,			/* 05 je     25 */
+	0xc7, 0x05, APIC_B(0x0f0),	/* 07 movl   $0x1ff,APIC_SVR	enable */
 	0xff, 0x01, 0x00, 0x00,
 	0xc7, 0x05, APIC_B(0x3e0),	/* 11 movl   $0xb,APIC_TDCR	divide by 1 */
 	0x0b, 0x00, 0x00, 0x00,
 	0xc7, 0x05, APIC_B(0x320),	/* 1b movl   $0x20,APIC_LVTT	one-shot */
 	TIMER_VECTOR, 0x00, 0x00, 0x00,
-	0xfb,				/* 25 sti */
 	/* body: */
-	0x8b, 0x0b,			/* 26 mov    (%ebx),%ecx	exits */
-	0x66, 0xba, EXIT_PORT, 0x00,	/* 28 mov    $EXIT_PORT,%dx */
-	0x85, 0xc9,			/* 2c test   %ecx,%ecx */
-	0x74, 0x04,			/* 2e je     34 */
-	0xee,				/* 30 out    %al,(%dx) */
-	0x49,				/* 31 dec    %ecx */
-	0xeb, 0xf8,			/* 32 jmp    2c */
-	0x8b, 0x4b, 0x04,		/* 34 mov    4(%ebx),%ecx	pages */
-	0x8b, 0x7b, 0x08,		/* 37 mov    8(%ebx),%edi	base */
-	0x8a, 0x43, 0x0c,		/* 3a mov    12(%ebx),%al	value */
-	0x85, 0xc9,			/* 3d test   %ecx,%ecx */
-	0x74, 0x0b,			/* 3f je     4c */
-	0x88, 0x07,			/* 41 mov    %al,(%edi) */
-	0x81, 0xc7, 0x00, 0x10, 0x00, 0x00, /* 43 add $0x1000,%edi */
-	0x49,				/* 49 dec    %ecx */
-	0xeb, 0xf1,			/* 4a jmp    3d */
-	0x8b, 0x4b, 0x10,		/* 4c mov    16(%ebx),%ecx	halts */
-	0x85, 0xc9,			/* 4f test   %ecx,%ecx */
-	0x74, 0x12,			/* 51 je     65 */
-	0x8b, 0x43, 0x18,		/* 53 mov    24(%ebx),%eax	timer */
-	0x85, 0xc0,			/* 56 test   %eax,%eax */
-	0x74, 0x07,			/* 58 je     61 */
-	0xfa,				/* 5a cli */
-	0xa3, APIC_B(0x380),		/* 5b mov    %eax,APIC_TMICT */
-	0xfb,				/* 60 sti */
-	0xf4,				/* 61 hlt */
-	0x49,				/* 62 dec    %ecx */
-	0xeb, 0xea,			/* 63 jmp    4f */
-	0x8b, 0x43, 0x14,		/* 65 mov    20(%ebx),%eax	stop */
-	0x85, 0xc0,			/* 68 test   %eax,%eax */
-	0x74, 0x0b,			/* 6a je     77 */
-	0x48,				/* 6c dec    %eax */
-	0x74, 0x05,			/* 6d je     74 */
-	0x66, 0xba, DONE_PORT, 0x00,	/* 6f mov    $DONE_PORT,%dx */
-	0xee,				/* 73 out    %al,(%dx) */
-	0xf4,				/* 74 hlt */
-	0xeb, 0xfd,			/* 75 jmp    74 */
-	0x66, 0xba, CMD_PORT, 0x00,	/* 77 mov    $CMD_PORT,%dx */
-	0xec,				/* 7b in     (%dx),%al */
-	0xeb, 0xa8,			/* 7c jmp    26 */
+	0x8b, 0x0b,			/* 25 mov    (%ebx),%ecx	exits */
+	0x66, 0xba, EXIT_PORT, 0x00,	/* 27 mov    $EXIT_PORT,%dx */
+	0x85, 0xc9,			/* 2b test   %ecx,%ecx */
+	0x74, 0x04,			/* 2d je     33 */
+	0xee,				/* 2f out    %al,(%dx) */
+	0x49,				/* 30 dec    %ecx */
+	0xeb, 0xf8,			/* 31 jmp    2b */
+	0x8b, 0x4b, 0x04,		/* 33 mov    4(%ebx),%ecx	pages */
+	0x8b, 0x7b, 0x08,		/* 36 mov    8(%ebx),%edi	base */
+	0x8a, 0x43, 0x0c,		/* 39 mov    12(%ebx),%al	value */
+	0x85, 0xc9,			/* 3c test   %ecx,%ecx */
+	0x74, 0x0b,			/* 3e je     4b */
+	0x88, 0x07,			/* 40 mov    %al,(%edi) */
+	0x81, 0xc7, 0x00, 0x10, 0x00, 0x00, /* 42 add $0x1000,%edi */
+	0x49,				/* 48 dec    %ecx */
+	0xeb, 0xf1,			/* 49 jmp    3c */
+	0x8b, 0x4b, 0x10,		/* 4b mov    16(%ebx),%ecx	halts */
+	0x85, 0xc9,			/* 4e test   %ecx,%ecx */
+	0x74, 0x12,			/* 50 je     64 */
+	0x8b, 0x43, 0x18,		/* 52 mov    24(%ebx),%eax	timer */
+	0x85, 0xc0,			/* 55 test   %eax,%eax */
+	0x74, 0x06,			/* 57 je     5f */
+	0xa3, APIC_B(0x380),		/* 59 mov    %eax,APIC_TMICT	arm */
+	0xfb,				/* 5e sti */
+	0xf4,				/* 5f hlt */
+	/* resume: the interrupt handlers come back here */
+	0xfa,				/* 60 cli */
+	0x49,				/* 61 dec    %ecx */
+	0xeb, 0xea,			/* 62 jmp    4e */
+	0x8b, 0x43, 0x14,		/* 64 mov    20(%ebx),%eax	stop */
+	0x85, 0xc0,			/* 67 test   %eax,%eax */
+	0x74, 0x0b,			/* 69 je     76 */
+	0x48,				/* 6b dec    %eax */
+	0x74, 0x05,			/* 6c je     73 */
+	0x66, 0xba, DONE_PORT, 0x00,	/* 6e mov    $DONE_PORT,%dx */
+	0xee,				/* 72 out    %al,(%dx) */
+	0xf4,				/* 73 hlt */
+	0xeb, 0xfd,			/* 74 jmp    73 */
+	0x66, 0xba, CMD_PORT, 0x00,	/* 76 mov    $CMD_PORT,%dx */
+	0xec,				/* 7a in     (%dx),%al */
+	0xeb, 0xa8,			/* 7b jmp    25 */
 };
 
-/* Interrupt handlers, placed after the program. */
+/*
+ * Interrupt handlers, placed after the program.  They do not iret: KVM's
+ * instruction emulator, which runs this guest under kvm_pvm, implements
+ * iret only in real mode (protected-mode iret is an emulation failure).
+ * An interrupt can only arrive on the hlt at 0x5f, so the handler knows
+ * where to go back to: it drops the 12-byte frame and jumps to resume,
+ * with IF clear, as the interrupt gate left it.
+ */
 #define TIMER_ISR	0x80
-static const uint8_t timer_isr[] = {
-	0xc7, 0x05, APIC_B(0x0b0),	/* movl   $0,APIC_EOI */
+#define SPURIOUS_ISR	0x8a
+static const uint8_t isr_code[] = {
+	/* timer_isr: */
+	0xc7, 0x05, APIC_B(0x0b0),	/* 80 movl   $0,APIC_EOI */
 	0x00, 0x00, 0x00, 0x00,
-	0xcf,				/* iret */
-};
-
-#define SPURIOUS_ISR	0x90
-static const uint8_t spurious_isr[] = {
-	0xcf,				/* iret: spurious vectors take no EOI */
+	/* spurious_isr: spurious vectors take no EOI */
+	0x83, 0xc4, 0x0c,		/* 8a add    $12,%esp */
+	0xeb, 0xd1,			/* 8d jmp    60 */
 };
 
 _Static_assert(sizeof(prot_code) <= TIMER_ISR, "prot_code overlaps the ISR");
-_Static_assert(sizeof(timer_isr) <= SPURIOUS_ISR - TIMER_ISR, "ISR overlap");
 _Static_assert(sizeof(struct guest_mbox) == 64, "mailbox is 64 bytes");
 _Static_assert(GUEST_STACK + MAX_VCPUS * STACK_SIZE <= 0x8000, "stacks");
 _Static_assert(GUEST_MBOX + MAX_VCPUS * sizeof(struct guest_mbox) <=
@@ -170,13 +177,11 @@ void guest_load(const struct opts *o, struct vm *vm)
 		return;
 	}
 	memcpy(vm->mem + GUEST_CODE, prot_code, sizeof(prot_code));
-	memcpy(vm->mem + GUEST_CODE + TIMER_ISR, timer_isr, sizeof(timer_isr));
-	memcpy(vm->mem + GUEST_CODE + SPURIOUS_ISR, spurious_isr,
-	       sizeof(spurious_isr));
+	memcpy(vm->mem + GUEST_CODE + TIMER_ISR, isr_code, sizeof(isr_code));
 
 	/*
-	 * The segment caches come from KVM_SET_SREGS, but an interrupt
-	 * reloads CS from the gate and iret reloads it from the GDT, so
+	 * The segment caches come from KVM_SET_SREGS, but delivering an
+	 * interrupt loads CS from the gate's selector through the GDT, so
 	 * both tables must exist in memory.  Other vectors stay not-present:
 	 * a stray exception then ends in a triple fault the VMM reports.
 	 */
@@ -249,6 +254,7 @@ static void sregs_real(struct kvm_sregs *sr)
 
 int guest_setup_vcpu(const struct opts *o, struct vcpu *v)
 {
+	struct kvm_mp_state runnable = { .mp_state = KVM_MP_STATE_RUNNABLE };
 	struct kvm_sregs sr;
 	struct kvm_regs regs;
 
@@ -261,6 +267,15 @@ int guest_setup_vcpu(const struct opts *o, struct vcpu *v)
 		sregs_real(&sr);
 	if (ioctl(v->fd, KVM_SET_SREGS, &sr) < 0)
 		return tv_fail("KVM_SET_SREGS (vm %u vcpu %u): %m",
+			       v->vm->index, v->index);
+
+	/*
+	 * With an in-kernel LAPIC every vCPU but the first starts waiting
+	 * for INIT/SIPI and KVM_RUN would just block; make them all runnable.
+	 */
+	if (o->irqchip && v->index &&
+	    ioctl(v->fd, KVM_SET_MP_STATE, &runnable) < 0)
+		return tv_fail("KVM_SET_MP_STATE (vm %u vcpu %u): %m",
 			       v->vm->index, v->index);
 
 	memset(&regs, 0, sizeof(regs));

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * Running the guests: one thread per vCPU, a KVM_RUN loop, and the three
  * workloads, which differ only in how they refill the guest's mailbox.
@@ -7,6 +7,7 @@
  *   dirty  the same program forever, a different byte on every pass.
  *   demo   a new program every tick, following phases that differ per VM.
  */
+#define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -132,7 +133,7 @@ static void demo_plan(struct tinyvmm *t, struct vcpu *v)
 	unsigned int vmi = v->vm->index;
 	uint64_t ms = (now_ns() - t->start_ns) / NSEC_PER_MSEC;
 	uint64_t len = 3000 + 1000 * (vmi % 3);
-	uint32_t pos = ms % len * 10 / len;	/* 0..9 within the phase */
+	uint32_t pos = (uint32_t)(ms % len * 10 / len);	/* 0..9 within the phase */
 	uint32_t scale = 1 + vmi % 4;
 	unsigned int phase = (ms / len + vmi + v->index) % PH_COUNT;
 
@@ -163,8 +164,26 @@ static void demo_plan(struct tinyvmm *t, struct vcpu *v)
 	}
 }
 
+/* The guest wrote the first byte of each of its pages; check it did. */
+static int check_pages(struct tinyvmm *t, struct vcpu *v)
+{
+	uint32_t value = guest_mbox(v)->value & 0xff;
+	uint8_t *p = v->vm->mem + GUEST_PAGES +
+		     (size_t)v->index * t->o.pages * PAGE_SIZE;
+	uint32_t i;
+
+	for (i = 0; i < t->o.pages; i++, p += PAGE_SIZE) {
+		if (*p != value)
+			return tv_fail("vm %u vcpu %u: page %u holds %#x, expected %#x",
+				       v->vm->index, v->index, i, *p, value);
+	}
+	return 0;
+}
+
 static int guest_done(struct tinyvmm *t, struct vcpu *v)
 {
+	if (check_pages(t, v) < 0)
+		return -1;
 	if (v->port_exits != t->o.exits)
 		return tv_fail("vm %u vcpu %u: guest made %llu port exits, expected %u",
 			       v->vm->index, v->index,

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * tinyvmm: command line, process lifetime, the ready file and stats images.
  *
@@ -9,6 +9,7 @@
  * thread's "ready" or "failed") are blocked in every thread and taken by
  * the main thread with sigtimedwait, so no handler races the main loop.
  */
+#define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -46,17 +47,24 @@ int tv_fail(const char *fmt, ...)
 	return -1;
 }
 
+/* One write per line, so lines from vCPU threads do not interleave. */
 void tv_log(const char *fmt, ...)
 {
+	char line[512];
 	va_list ap;
+	int n;
 
 	if (!tv.o.verbose)
 		return;
+	n = snprintf(line, sizeof(line), "tinyvmm: ");
 	va_start(ap, fmt);
-	fputs("tinyvmm: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
 	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, n) < 0)
+		return;	/* nowhere left to report it */
 }
 
 uint64_t now_ns(void)
@@ -89,18 +97,18 @@ static void usage(FILE *f)
 	      f);
 }
 
-static int parse_uint(const char *name, const char *s, unsigned long max,
-		      uint32_t *out)
+static int parse_uint(const char *name, const char *s, unsigned long min,
+		      unsigned long max, uint32_t *out)
 {
 	unsigned long v;
 	char *end;
 
 	errno = 0;
 	v = strtoul(s, &end, 0);
-	if (errno || end == s || *end || s[0] == '-' || v > max)
-		return tv_fail("--%s: '%s' is not a number from 0 to %lu", name,
-			       s, max);
-	*out = v;
+	if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+		return tv_fail("--%s: '%s' is not a number from %lu to %lu",
+			       name, s, min, max);
+	*out = (uint32_t)v;
 	return 0;
 }
 
@@ -151,33 +159,33 @@ static const char *const workload_names[] = { "halt", "demo", "dirty", NULL };
 static int parse_one(struct opts *o, int c, const char *arg)
 {
 	uint32_t n;
-	int w;
+	int w = 0;
 
 	switch (c) {
 	case OPT_VMS:
-		if (parse_uint("vms", arg, 100000, &n) < 0)
+		if (parse_uint("vms", arg, 1, 100000, &n) < 0)
 			return -1;
 		o->vms = n;
 		return 0;
 	case OPT_VCPUS:
-		if (parse_uint("vcpus", arg, MAX_VCPUS, &n) < 0)
+		if (parse_uint("vcpus", arg, 1, MAX_VCPUS, &n) < 0)
 			return -1;
 		o->vcpus = n;
 		return 0;
 	case OPT_EXITS:
-		return parse_uint("exits", arg, UINT32_MAX, &o->exits);
+		return parse_uint("exits", arg, 0, UINT32_MAX, &o->exits);
 	case OPT_PAGES:
 		o->pages_set = true;
-		return parse_uint("pages", arg, PROT_MODE_TOP / PAGE_SIZE,
+		return parse_uint("pages", arg, 0, PROT_MODE_TOP / PAGE_SIZE,
 				  &o->pages);
 	case OPT_HALTS:
-		return parse_uint("halts", arg, UINT32_MAX, &o->halts);
+		return parse_uint("halts", arg, 0, UINT32_MAX, &o->halts);
 	case OPT_HALT_US:
-		return parse_uint("halt-us", arg, 4000000, &o->halt_us);
+		return parse_uint("halt-us", arg, 1, 4000000, &o->halt_us);
 	case OPT_PASS_HZ:
-		return parse_uint("pass-hz", arg, 1000000, &o->pass_hz);
+		return parse_uint("pass-hz", arg, 0, 1000000, &o->pass_hz);
 	case OPT_TIMEOUT:
-		if (parse_uint("timeout", arg, 1000000000, &n) < 0)
+		if (parse_uint("timeout", arg, 1, 1000000000, &n) < 0)
 			return -1;
 		o->timeout = n;
 		return 0;
@@ -218,12 +226,8 @@ static int check_opts(struct opts *o)
 {
 	uint64_t top = o->mode == MODE_REAL ? REAL_MODE_TOP : PROT_MODE_TOP;
 
-	if (!o->vms || !o->vcpus)
-		return tv_fail("--vms and --vcpus must be at least 1");
 	if (o->irqchip && o->mode != MODE_PROT)
 		return tv_fail("--irqchip needs --mode prot (the guest's timer handler is 32-bit code)");
-	if (o->irqchip && !o->halt_us)
-		return tv_fail("--halt-us must be at least 1 with --irqchip");
 	if (o->save && !o->hold_stats)
 		return tv_fail("--save needs --hold-stats");
 	if (o->workload == WL_DEMO && !o->pages_set)

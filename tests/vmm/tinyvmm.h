@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * tinyvmm: the smallest VMM that gives kvmstats real VMs to read.
  *

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * Creating and destroying tinyvmm's VMs and vCPUs.
  *
@@ -8,6 +8,7 @@
  * opens any other fd (guest memory is anonymous, not a memfd) to keep that
  * grouping intact.
  */
+#define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
