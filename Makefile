@@ -16,7 +16,7 @@ HAVE_LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo 1)
 ifeq ($(HAVE_LIBVIRT),1)
 LIB_PKGS += libvirt
 endif
-PKGS := $(LIB_PKGS) ncursesw libmicrohttpd libcap-ng zlib
+PKGS := $(LIB_PKGS) ncursesw libmicrohttpd libcap-ng zlib yaml-0.1 libcrypt
 
 OPTFLAGS ?= -O2 -g
 override CFLAGS += $(OPTFLAGS) -std=gnu11 -Wall -Wextra -Wshadow -Wno-missing-field-initializers \
@@ -90,6 +90,11 @@ $(O)/kvmstats: $(CLI_OBJ) $(O)/libkvmstats.a
 $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 	$(CC) $(CFLAGS) -Itests/unit $< -o $@ $(O)/libkvmstats.a -lcmocka $(LIB_LIBS)
 
+# The driver of tests/integration/lifecycle.sh: the sampling loop under a
+# changing host, and a minimal VMM that hot-adds vCPUs.
+$(O)/tests/lifecycle_driver: tests/lifecycle_driver.c $(O)/libkvmstats.a | $(O)/tests
+	$(CC) $(CFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
+
 $(O)/bench/%: bench/%.c $(O)/libkvmstats.a | $(O)/bench
 	$(CC) $(CFLAGS) -O2 $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
@@ -117,7 +122,8 @@ run-bench: $(BENCH_BIN)
 # The whole suite: unit, CLI, fuzz, KVM and QEMU integration, and the
 # unit and CLI tests again under ASan+UBSan (in build-san/).
 test: test-deps
-	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/fuzz/fuzz_image
+	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/fuzz/fuzz_image \
+		$(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 	tests/run.sh
@@ -130,10 +136,13 @@ install: all
 		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(O)/kvmstats $(DESTDIR)$(PREFIX)/bin/
+	install -D -m 755 $(O)/tinyvmm $(DESTDIR)$(PREFIX)/libexec/kvmstats/tinyvmm
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(O)/libkvmstats.a $(DESTDIR)$(PREFIX)/lib/
 	cp -P $(O)/libkvmstats.so* $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(O)/libkvmstats.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@REQUIRES@|$(LIB_PKGS)|' lib/libkvmstats.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvmstats.pc
 	install -m 644 docs/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 format:
