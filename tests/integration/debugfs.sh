@@ -1,0 +1,164 @@
+#!/bin/bash
+# The debugfs source on this kernel: readable stats with the kernel's
+# values, refused ones (lockdown) unavailable and never 0, the vCPU sum
+# marked as such, a clear error when debugfs is not mounted, and the
+# untyped fallback when /dev/kvm cannot be used.
+source "$(dirname "$0")/../lib.sh"
+require_kvm debugfs
+
+for c in jq unshare; do
+	if ! command -v "$c" >/dev/null; then
+		skip debugfs "$c is not installed"
+		exit 0
+	fi
+done
+
+DBG=/sys/kernel/debug
+# Mounting debugfs is the administrator's choice: the test mounts it only
+# when it is not, and unmounts only what it mounted.
+mounted=0
+if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
+	if ! mount -t debugfs none "$DBG" 2>/dev/null; then
+		skip debugfs "debugfs cannot be mounted here"
+		exit 0
+	fi
+	mounted=1
+fi
+# Lazily if busy: another reader (a kvmstats of someone else) may hold
+# files of it; the mount point is gone at once all the same.
+trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
+if [ ! -d "$DBG/kvm" ]; then
+	skip debugfs "debugfs has no kvm directory"
+	exit 0
+fi
+
+# Two VMMs with 2 VMs x 3 vCPUs each, every vCPU halted in the kernel
+# (in-kernel irqchip, 4 s LAPIC timer per halt) for ~40 s: "blocking" is
+# then 1 per vCPU, an instant stat the kernel lets debugfs show. A holds
+# no stats fds (what debugfs is for); B holds them, to compare with.
+VMM_ARGS=(--vms 2 --vcpus 3 --irqchip --halts 10 --halt-us 4000000 --timeout 120)
+"$TINYVMM" "${VMM_ARGS[@]}" &
+A=$!
+track "$A"
+"$TINYVMM" "${VMM_ARGS[@]}" --hold-stats &
+B=$!
+track "$B"
+
+# Wait (bounded) until the kernel says, through B's own stats fds, that
+# all of B's vCPUs block.
+for i in $(seq 100); do
+	n=$("$KVMSTATS" dump --pid "$B" --source fd --json 2>/dev/null |
+		jq '[.vms[].vcpus[].stats.blocking | select(. == true)] | length' 2>/dev/null)
+	[ "${n:-0}" = 6 ] && break
+	sleep 0.1
+done
+if [ "${n:-0}" != 6 ]; then
+	fail "tinyvmm's vCPUs halt in the kernel" "blocking vCPUs: ${n:-none}"
+	exit 0
+fi
+pass "tinyvmm's vCPUs halt in the kernel (6 blocking, read through fds)"
+
+"$KVMSTATS" dump --pid "$A" --source debugfs --json >"$TMP/a.json" 2>"$TMP/a.err"
+rc=$?
+[ "$rc" = 0 ] && pass "dump --source debugfs on a VMM without stats fds" ||
+	fail "dump --source debugfs on a VMM without stats fds" "rc $rc: $(cat "$TMP/a.err")"
+check "two VMs, both from debugfs" \
+	jq -e '.vms | length == 2 and all(.source == "debugfs")' "$TMP/a.json"
+check "the vCPU stats are one pseudo-vCPU: index -1, id kvm-PID/vcpu-sum" \
+	jq -e --arg id "kvm-$A/vcpu-sum" \
+	'[.vms[].vcpus] | all(length == 1 and .[0].index == -1 and .[0].id == $id)' "$TMP/a.json"
+check "the sum counts the blocking vCPUs (3 per VM), a count not a boolean" \
+	jq -e '[.vms[].vcpus[0].stats.blocking] == [3, 3]' "$TMP/a.json"
+
+# Every stat against its file: a value where the kernel lets us read the
+# file (the same value), null where it refuses (EPERM under lockdown)
+# or where there is no file (histograms; their bucket 0 has a stat of its
+# own). Checked for A's first VM; the kernel decides, not the test.
+dir=$(ls -d "$DBG/kvm/$A"-* | sort -t- -k2 -n | head -1)
+readable=0 refused=0 wrong=""
+while read -r sect name val; do
+	file=$name
+	case $name in *_bucket0) file=${name%_bucket0} ;; esac
+	if [ "$sect" = vcpu ] && [ "$file" = "$name" ] &&
+		jq -e --arg n "$name" '.vms[0].vcpus[0].stats[$n] | type == "array"' "$TMP/a.json" >/dev/null; then
+		want=null	# a histogram: debugfs has only its bucket 0
+	elif want=$(cat "$dir/$file" 2>/dev/null); then
+		readable=$((readable + 1))
+	else
+		want=null
+		refused=$((refused + 1))
+	fi
+	[ "$val" = array ] && val=null
+	# Instant stats of a halted VM are stable: exact equality.
+	[ "$val" = "$want" ] || wrong="$wrong $name=$val(want $want)"
+done < <(jq -r '.vms[0] | (.stats | to_entries[] | "vm \(.key) \(.value)"),
+	(.vcpus[0].stats | to_entries[] | "vcpu \(.key) \(.value)")' "$TMP/a.json" |
+	sed 's/ true$/ 1/; s/ false$/ 0/')
+echo "# $readable stats readable, $refused refused by the kernel"
+[ -z "$wrong" ] && pass "every stat is its file's value, or null where the kernel refuses it" ||
+	fail "every stat is its file's value, or null where the kernel refuses it" "$wrong"
+if cat "$dir/exits" >/dev/null 2>&1; then
+	skip "refused stats are null, not 0" "this kernel is not locked down"
+else
+	check "refused stats are null, not 0 (exits, a cumulative counter)" \
+		jq -e '.vms[0].vcpus[0].stats | has("exits") and .exits == null' "$TMP/a.json"
+fi
+check "pages_4k, an instant stat (0444), is read" \
+	jq -e '.vms | all(.stats.pages_4k | type == "number")' "$TMP/a.json"
+
+# The same VMs through debugfs and through their stats fds (B): the VM
+# section is the kernel's own schema; the sum is the sum of the vCPUs.
+"$KVMSTATS" dump --pid "$B" --source debugfs --json >"$TMP/bd.json" 2>/dev/null
+"$KVMSTATS" dump --pid "$B" --source fd --json >"$TMP/bf.json" 2>/dev/null
+jq -n --slurpfile d "$TMP/bd.json" --slurpfile f "$TMP/bf.json" '
+	def num: if . == true then 1 elif . == false then 0 else . end;
+	[range(0; 2) as $i | ($d[0].vms[$i]) as $dv | ($f[0].vms[$i]) as $fv |
+	 ($dv.stats | to_entries[] | select(.value != null) |
+	  {name: .key, debugfs: .value, fd: $fv.stats[.key]}),
+	 ($dv.vcpus[0].stats | to_entries[] | select(.value != null and (.key | endswith("_bucket0") | not)) |
+	  . as $e | {name: .key, debugfs: .value,
+		     fd: ([$fv.vcpus[].stats[$e.key] | num] | add)})]
+	' >"$TMP/cmp.json"
+n=$(jq length "$TMP/cmp.json")
+bad=$(jq -c '[.[] | select(.debugfs != .fd)]' "$TMP/cmp.json")
+[ "$n" -ge 10 ] && [ "$bad" = "[]" ] &&
+	pass "debugfs values equal the stats fds' ($n values, VM stats and vCPU sums)" ||
+	fail "debugfs values equal the stats fds'" "$n compared, differing: $bad"
+check "the VM section has the stats fd's names, in its order" \
+	jq -e -n --slurpfile d "$TMP/bd.json" --slurpfile f "$TMP/bf.json" \
+	'($d[0].vms[0].stats | keys_unsorted) == ($f[0].vms[0].stats | keys_unsorted)'
+check "the sum has every vCPU stat, and NAME_bucket0 per histogram" \
+	jq -e -n --slurpfile d "$TMP/bd.json" --slurpfile f "$TMP/bf.json" '
+	($f[0].vms[0].vcpus[0].stats) as $c | ($d[0].vms[0].vcpus[0].stats | keys) as $s |
+	($c | keys | all(. as $k | $s | index($k))) and
+	([$c | to_entries[] | select(.value | type == "array") | .key + "_bucket0"] | all(. as $k | $s | index($k)))'
+
+"$KVMSTATS" dump --pid "$A" --source debugfs >"$TMP/a.txt" 2>&1
+check "the table shows the sum as vcpu-sum, and n/a for refused stats" \
+	bash -c "grep -q 'vcpu-sum' '$TMP/a.txt' && grep -Eq '^  exits +n/a' '$TMP/a.txt'"
+
+"$KVMSTATS" dump --pid "$A" --json >"$TMP/auto.json" 2>/dev/null
+check "auto picks debugfs for a VMM without stats fds or QMP" \
+	jq -e '.vms | length == 2 and all(.source == "debugfs")' "$TMP/auto.json"
+"$KVMSTATS" list --json >"$TMP/list.json" 2>/dev/null
+check "list offers debugfs for it" \
+	jq -e --argjson p "$A" '.[] | select(.pid == $p) | .sources | index("debugfs")' "$TMP/list.json"
+
+# Not mounted (a private mount namespace where it is unmounted): a clear
+# reason, exit 1, and the library never mounts it.
+out=$(unshare -m --propagation private sh -c \
+	"umount -l $DBG && '$KVMSTATS' dump --pid $A --source debugfs; echo rc=\$?" 2>&1)
+echo "$out" | sed 's/^/# /'
+echo "$out" | grep -q "debugfs is not mounted" && echo "$out" | grep -q "rc=1" &&
+	pass "without debugfs mounted: a clear error" ||
+	fail "without debugfs mounted: a clear error" "$out"
+
+# /dev/kvm unusable (bound over by /dev/null): no kernel descriptors to
+# learn types from, so every file of the VM's directory, untyped.
+out=$(unshare -m --propagation private sh -c \
+	"mount --bind /dev/null /dev/kvm && '$KVMSTATS' dump --pid $A --source debugfs --json" 2>"$TMP/fb.err")
+echo "$out" >"$TMP/fb.json"
+check "without /dev/kvm: the files, untyped, in the VM (no vCPU sum)" \
+	jq -e '.vms | length == 2 and all(.vcpus == [] and .stats.blocking == 3 and
+		(.stats.pages_4k | type == "number") and (.stats | has("exits")) and .stats.exits == null)' "$TMP/fb.json"
+check "without /dev/kvm: no warning per file" test ! -s "$TMP/fb.err"

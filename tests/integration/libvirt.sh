@@ -1,0 +1,260 @@
+#!/bin/bash
+# The libvirt source against a real libvirtd running a real QEMU domain.
+#
+# The daemons run in a private mount namespace of their own: /etc/libvirt,
+# /etc/passwd and /etc/group (with the libvirt-qemu user libvirt wants)
+# are the test's files bound over the host's, and /run, /var/lib,
+# /var/log and /var/cache are empty tmpfs, so the host's files and any
+# libvirtd of the host are untouched. virsh and kvmstats join that
+# namespace with nsenter; the pid namespace is the host's.
+source "$(dirname "$0")/../lib.sh"
+require_kvm libvirt
+
+for c in libvirtd virtlogd virsh unshare nsenter jq qemu-system-x86_64; do
+	if ! command -v "$c" >/dev/null; then
+		skip libvirt "$c is not installed (scripts/deps.sh test)"
+		exit 0
+	fi
+done
+if ! pkg-config --exists libvirt; then
+	skip libvirt "kvmstats is built without libvirt (no libvirt-dev)"
+	exit 0
+fi
+if [ ! -f "$MBGUEST" ]; then
+	skip libvirt "$MBGUEST is missing (make build)"
+	exit 0
+fi
+
+LV=$TMP/lv
+DOM=kvmstats-lv-$$
+mkdir -p "$LV/etc"
+cat >"$LV/etc/qemu.conf" <<'EOF'
+user = "root"
+group = "root"
+security_driver = "none"
+dynamic_ownership = 0
+EOF
+echo 'log_outputs = "3:stderr"' >"$LV/etc/libvirtd.conf"
+echo 'log_outputs = "3:stderr"' >"$LV/etc/virtlogd.conf"
+cp /etc/passwd "$LV/passwd"
+cp /etc/group "$LV/group"
+getent passwd libvirt-qemu >/dev/null ||
+	echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >>"$LV/passwd"
+getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>"$LV/group"
+
+# The namespace's first process mounts, starts both daemons and reaps
+# them (bash's wait) when they are stopped.
+cat >"$LV/ns.sh" <<EOF
+set -e
+for d in /run /var/lib /var/log /var/cache; do mount -t tmpfs tmpfs \$d; done
+mount --bind "$LV/etc" /etc/libvirt
+mount --bind "$LV/passwd" /etc/passwd
+mount --bind "$LV/group" /etc/group
+virtlogd -t 180 2>"$LV/virtlogd.log" &
+echo \$! >"$LV/virtlogd.pid"
+for i in \$(seq 50); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
+libvirtd -t 180 2>"$LV/libvirtd.log" &
+echo \$! >"$LV/libvirtd.pid"
+set +e
+wait
+EOF
+unshare -m --propagation private bash "$LV/ns.sh" &
+HOLDER=$!
+track "$HOLDER"
+NS=(nsenter -t "$HOLDER" -m --)
+VIRSH=("${NS[@]}" virsh -q -c qemu:///system)
+
+started=0
+for i in $(seq 100); do
+	[ -s "$LV/libvirtd.pid" ] && [ -z "${LVD:-}" ] && LVD=$(cat "$LV/libvirtd.pid") &&
+		track "$LVD" && track "$(cat "$LV/virtlogd.pid")"
+	if [ -n "${LVD:-}" ] && timeout 5 "${VIRSH[@]}" list >/dev/null 2>&1; then
+		started=1
+		break
+	fi
+	kill -0 "$HOLDER" 2>/dev/null || break
+	sleep 0.1
+done
+if [ "$started" != 1 ]; then
+	sed 's/^/# /' "$LV/libvirtd.log" 2>/dev/null | tail -5
+	skip libvirt "libvirtd did not start here"
+	exit 0
+fi
+pass "libvirtd started in a private namespace"
+
+cat >"$LV/dom.xml" <<EOF
+<domain type='kvm'>
+  <name>$DOM</name>
+  <memory unit='MiB'>64</memory>
+  <vcpu>2</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>$MBGUEST</kernel>
+    <cmdline>nonzero=4M exits=500</cmdline>
+  </os>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <emulator>$(command -v qemu-system-x86_64)</emulator>
+    <serial type='file'><source path='$LV/serial.log'/></serial>
+  </devices>
+</domain>
+EOF
+destroy() { timeout 10 "${VIRSH[@]}" destroy "$DOM" >/dev/null 2>&1; }
+# On any exit: the domain first (libvirtd leaves QEMU running when it is
+# stopped), then every process tracked.
+trap 'destroy; cleanup' EXIT
+if ! timeout 30 "${VIRSH[@]}" create "$LV/dom.xml" >"$LV/create.log" 2>&1; then
+	fail "define and start a transient kvm domain" "$(tail -1 "$LV/create.log")"
+	exit 0
+fi
+QEMU_PID=$("${NS[@]}" cat "/run/libvirt/qemu/$DOM.pid")
+track "$QEMU_PID"
+for i in $(seq 100); do
+	grep -q READY "$LV/serial.log" 2>/dev/null && break
+	sleep 0.1
+done
+check "domain $DOM runs mbguest (READY on its serial port)" grep -q READY "$LV/serial.log"
+
+# virsh domstats as a JSON object {"vm":{name:value},"vcpu":{"N":{...}}}
+# of the KVM stats (fields with a .sum/.cur/.max suffix).
+domstats() {
+	"${VIRSH[@]}" domstats --vm --vcpu "$DOM" | jq -R -s '
+		[split("\n")[] | ltrimstr("  ") | select(test("^(vm|vcpu\\.[0-9]+)\\..*\\.(sum|cur|max)="))
+		 | capture("^(?<path>.*)\\.(?<sfx>sum|cur|max)=(?<val>.*)$")
+		 | .val |= (if . == "yes" then true elif . == "no" then false else tonumber end)
+		 | .parts = (.path | split("."))]
+		| reduce .[] as $s ({vm: {}, vcpu: {}};
+			if $s.parts[0] == "vm" then .vm[$s.parts[1:] | join(".")] = $s.val
+			else .vcpu[$s.parts[1]][$s.parts[2:] | join(".")] = $s.val end)'
+}
+
+sleep 0.5	# let the halted guest's last exits settle
+domstats >"$LV/before.json"
+t0=$(date +%s%N)
+"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt --json >"$LV/dump.json" 2>"$LV/dump.err"
+rc=$?
+t1=$(date +%s%N)
+domstats >"$LV/after.json"
+[ "$rc" = 0 ] && pass "dump --source libvirt succeeds" ||
+	fail "dump --source libvirt succeeds" "rc $rc: $(cat "$LV/dump.err")"
+echo "# dump --source libvirt took $(((t1 - t0) / 1000000)) ms"
+
+check "the VM is served by libvirt, named after the domain" \
+	jq -e --arg n "$DOM" '.vms | length == 1 and .[0].source == "libvirt" and .[0].name == $n' "$LV/dump.json"
+# QEMU creates each vCPU in its thread "CPU N/KVM": the kernel's id.
+ids=$(for t in /proc/"$QEMU_PID"/task/*; do
+	case $(cat "$t/comm") in "CPU "*/KVM) echo "kvm-${t##*/}/vcpu-$(cut -d' ' -f2 <"$t/comm" | cut -d/ -f1)" ;; esac
+done | sort | jq -R . | jq -s -c .)
+check "ids are the kernel's (kvm-PID, kvm-TID/vcpu-N of the vCPU threads)" \
+	jq -e --arg p "kvm-$QEMU_PID" --argjson ids "$ids" \
+	'.vms[0].id == $p and ([.vms[0].vcpus[].id] | sort) == $ids' "$LV/dump.json"
+check "two vCPUs, indexes 0 and 1" jq -e '[.vms[0].vcpus[].index] == [0, 1]' "$LV/dump.json"
+
+# Every stat libvirt shows, with the same value when it did not change
+# between the two virsh runs around the dump; and no stat it lacks.
+jq -n --slurpfile b "$LV/before.json" --slurpfile a "$LV/after.json" \
+	--slurpfile d "$LV/dump.json" '
+	($b[0]) as $b | ($a[0]) as $a | ($d[0].vms[0]) as $d |
+	def cmp($want; $after; $got):
+		[$want | to_entries[] | select($after[.key] == .value) |
+		 {name: .key, want: .value, got: $got[.key]}];
+	{ stable: (cmp($b.vm; $a.vm; $d.stats) +
+		   ([$d.vcpus[] | . as $c | cmp($b.vcpu["\($c.index)"]; $a.vcpu["\($c.index)"]; $c.stats)] | add)),
+	  libvirt_vm: ($b.vm | keys), ours_vm: ($d.stats | keys),
+	  libvirt_vcpu: ($b.vcpu["0"] | keys), ours_vcpu: ($d.vcpus[0].stats | keys) }
+	' >"$LV/cmp.json"
+n=$(jq '.stable | length' "$LV/cmp.json")
+bad=$(jq -c '[.stable[] | select(.want != .got)]' "$LV/cmp.json")
+echo "# $n stable stats compared"
+if [ "$n" -ge 40 ] && [ "$bad" = "[]" ]; then
+	pass "kvmstats shows the values virsh domstats shows ($n stats)"
+else
+	fail "kvmstats shows the values virsh domstats shows" "$n compared, differing: ${bad:0:300}"
+fi
+check "the same VM and vCPU stat names as virsh domstats" \
+	jq -e '.libvirt_vm == .ours_vm and .libvirt_vcpu == .ours_vcpu' "$LV/cmp.json"
+check "some compared values are not zero (the guest's port exits)" \
+	jq -e '[.stable[] | select(.name == "exits" and .got >= 500)] | length >= 1' "$LV/cmp.json"
+"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt >"$LV/table.txt" 2>&1
+grep -E '^  (halt_wait_ns|exits|blocking) ' "$LV/table.txt" | sed 's/^/# /'
+check "units come from the kernel: halt_wait_ns is shown in seconds" \
+	grep -Eq '^  halt_wait_ns +[0-9.]+ [mun]?s( |$)' "$LV/table.txt"
+
+# auto: QMP is libvirt's, so libvirt serves it; list knows its memory.
+"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --json >"$LV/auto.json" 2>/dev/null
+check "auto picks libvirt for a libvirt domain" jq -e '.vms[0].source == "libvirt"' "$LV/auto.json"
+"${NS[@]}" "$KVMSTATS" list --json >"$LV/list.json" 2>/dev/null
+check "list shows the domain's name, memory and the libvirt source" \
+	jq -e --argjson p "$QEMU_PID" --arg n "$DOM" \
+	'.[] | select(.pid == $p) | .name == $n and .memory_bytes == 67108864 and (.sources | index("libvirt"))' "$LV/list.json"
+
+# A process libvirt did not start: a clear refusal.
+start_vmm --vcpus 1
+out=$("${NS[@]}" "$KVMSTATS" dump --pid "$VMM_PID" --source libvirt 2>&1)
+rc=$?
+[ "$rc" = 1 ] && echo "$out" | grep -q "not started by libvirt" &&
+	pass "a VMM libvirt did not start is refused with a reason" ||
+	fail "a VMM libvirt did not start is refused with a reason" "rc $rc: $out"
+
+# No daemon behind the URI: a clear error, quickly.
+out=$("${NS[@]}" timeout 20 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt \
+	--libvirt-uri "qemu+unix:///system?socket=$TMP/none.sock" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/# /'
+[ "$rc" = 1 ] && echo "$out" | grep -q "none.sock" && [ "$(echo "$out" | wc -l)" = 1 ] &&
+	pass "an unreachable libvirt gives a clear error" ||
+	fail "an unreachable libvirt gives a clear error" "rc $rc: $out"
+
+# A hung daemon (stopped) never hangs kvmstats: the timeout bounds it.
+kill -STOP "$LVD"
+t0=$(date +%s%N)
+out=$("${NS[@]}" timeout 30 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt 2>&1)
+rc=$?
+t1=$(date +%s%N)
+kill -CONT "$LVD"
+echo "$out" | sed 's/^/# /'
+ms=$(((t1 - t0) / 1000000))
+if [ "$rc" = 1 ] && [ "$ms" -lt 5000 ] && echo "$out" | grep -q "did not answer"; then
+	pass "a hung libvirtd costs one timeout, not a hang ($ms ms)"
+else
+	fail "a hung libvirtd costs one timeout, not a hang" "rc $rc after $ms ms: $out"
+fi
+
+# A daemon that hangs in the middle of a run of sweeps: the sweeps go
+# on at their pace, each stalled read failing after one timeout, and the
+# readings resume when it answers again.
+"${NS[@]}" "$KVMSTATS" record --log --json --interval 0.25 --duration 6 \
+	--pid "$QEMU_PID" --source libvirt --fields '^exits$' >"$LV/rec.json" 2>"$LV/rec.err" &
+REC=$!
+track "$REC"
+t0=$(date +%s%N)
+sleep 1.5
+kill -STOP "$LVD"
+t_stop=$(date +%s.%N)
+sleep 2.5
+kill -CONT "$LVD"
+t_cont=$(date +%s.%N)
+wait "$REC"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+jq -s --argjson s "$t_stop" --argjson c "$t_cont" '[.[].time] as $t |
+	{lines: ($t | length), before: ([$t[] | select(. < $s)] | length),
+	 after: ([$t[] | select(. > $c)] | length),
+	 max_gap: ([range(1; $t | length) as $i | $t[$i] - $t[$i - 1]] | max)}' \
+	"$LV/rec.json" >"$LV/rec.sum" 2>/dev/null
+echo "# record ran $ms ms (--duration 6): $(jq -c . "$LV/rec.sum" 2>/dev/null)"
+if [ "$rc" = 0 ] && [ "$ms" -lt 9000 ] &&
+	jq -e '.before >= 3 and .after >= 3 and .max_gap < 2' "$LV/rec.sum" >/dev/null 2>&1; then
+	pass "sweeps go on through a hung libvirtd and resume after it"
+else
+	fail "sweeps go on through a hung libvirtd and resume after it" \
+		"rc $rc, $ms ms: $(cat "$LV/rec.sum" "$LV/rec.err" 2>/dev/null | head -5)"
+fi
+
+destroy
+for i in $(seq 50); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$QEMU_PID" 2>/dev/null && pass "domain destroyed" || fail "domain destroyed"
+kill -TERM "$LVD" "$(cat "$LV/virtlogd.pid")" 2>/dev/null
+for i in $(seq 100); do kill -0 "$HOLDER" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$HOLDER" 2>/dev/null && pass "libvirtd and virtlogd stopped" ||
+	fail "libvirtd and virtlogd stopped"
