@@ -1,11 +1,493 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-/* kvmstats demo: not written yet. */
+/*
+ * kvmstats demo: real VMs to look at on a machine that has none.
+ *
+ * It starts the project's tiny VMM (tinyvmm, installed next to kvmstats
+ * or in PREFIX/libexec/kvmstats) a few times in the background, each
+ * with its own workload (exits that ramp up and down, halts with an
+ * in-kernel irqchip so that the halt histograms fill, memory writes),
+ * then opens `top` on them. Every guest it started is stopped when it
+ * ends, whatever the way: top's 'q', Ctrl-C, SIGTERM, or (through
+ * PR_SET_PDEATHSIG) the death of this process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
+
+static const char demo_usage[] = "[--no-top] [--vms N] [--interval SECONDS]";
+
+#define MAX_GUESTS 3
+#define READY_TIMEOUT_MS 20000
+
+enum { OPT_NO_TOP = OPT_CMD_BASE };
+
+struct guest {
+	const char *what; /* for the user */
+	char vms[24];
+	const char *args[12]; /* tinyvmm arguments after --vms N */
+	pid_t pid;
+	bool ready;
+	char ready_path[PATH_MAX];
+	char err_path[PATH_MAX];
+};
+
+struct demo {
+	struct cli *cli;
+	char tinyvmm[PATH_MAX];
+	char dir[64];
+	struct guest g[MAX_GUESTS];
+	size_t n;
+	sigset_t stop;		/* blocked while the guests start */
+	bool interrupted;
+};
+
+/* ---- finding the tiny VMM ------------------------------------------- */
+
+static bool executable(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, X_OK);
+}
+
+/* Next to this binary (the build tree), else PREFIX/libexec/kvmstats
+ * (an installed copy); $KVMSTATS_TINYVMM overrides both. */
+static int find_tinyvmm(struct demo *d)
+{
+	char self[PATH_MAX - 64], *slash;
+	const char *env = getenv("KVMSTATS_TINYVMM");
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(d->tinyvmm, sizeof(d->tinyvmm), "%s", env);
+		if (executable(d->tinyvmm))
+			return 0;
+		cli_err(d->cli,
+			"demo: KVMSTATS_TINYVMM=%s is not an executable", env);
+		return -1;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		cli_err(d->cli, "demo: /proc/self/exe: %s", strerror(errno));
+		return -1;
+	}
+	self[n] = 0;
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(d->tinyvmm, sizeof(d->tinyvmm), "%s/tinyvmm", self);
+	if (executable(d->tinyvmm))
+		return 0;
+	snprintf(d->tinyvmm, sizeof(d->tinyvmm),
+		 "%s/../libexec/kvmstats/tinyvmm", self);
+	if (executable(d->tinyvmm))
+		return 0;
+	cli_err(d->cli,
+		"demo: the tiny VMM is missing (looked for %s/tinyvmm and "
+		"%s/../libexec/kvmstats/tinyvmm; 'make build' builds it)",
+		self, self);
+	return -1;
+}
+
+static int check_kvm(struct cli *cli)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	cli_err(cli,
+		"demo: /dev/kvm is not available (%s): the demo runs real VMs "
+		"and needs KVM on this machine",
+		strerror(errno));
+	return -1;
+}
+
+/* ---- the guests --------------------------------------------------------- */
+
+/*
+ * With N VMs: N-2 VMs in one VMM on the demo workload (each VM cycles
+ * through its own phases: bursts of exits, idle halts, memory, quiet),
+ * one VM with an in-kernel irqchip (its halts wait in the kernel and
+ * fill the halt-polling histograms), one writing pages over and over.
+ */
+static void plan(struct demo *d, long nvms)
+{
+	static const struct guest specs[MAX_GUESTS] = {
+		{"demo workload",
+		 "",
+		 {"--vcpus", "2", "--workload", "demo", NULL}},
+		{"demo workload, in-kernel irqchip",
+		 "",
+		 {"--vcpus", "2", "--workload", "demo", "--irqchip", NULL}},
+		{"dirtying memory",
+		 "",
+		 {"--vcpus", "1", "--workload", "dirty", "--pages", "64",
+		  "--pass-hz", "20", NULL}},
+	};
+
+	d->n = nvms >= 3 ? 3 : (size_t)nvms;
+	for (size_t i = 0; i < d->n; i++) {
+		d->g[i] = specs[i];
+		snprintf(d->g[i].vms, sizeof(d->g[i].vms), "%ld",
+			 i ? 1 : nvms - (long)d->n + 1);
+		snprintf(d->g[i].ready_path, sizeof(d->g[i].ready_path),
+			 "%s/ready%zu", d->dir, i);
+		snprintf(d->g[i].err_path, sizeof(d->g[i].err_path),
+			 "%s/stderr%zu", d->dir, i);
+	}
+}
+
+/* In the child: its own process group (the terminal's Ctrl-C is ours to
+ * handle), stderr to a file (not over top's screen), and SIGTERM when
+ * we die, so that no guest outlives the demo. */
+static void exec_guest(const struct demo *d, const struct guest *g,
+		       pid_t parent)
+{
+	const char *argv[24];
+	size_t n = 0;
+	int fd;
+
+	setpgid(0, 0);
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
+		_exit(127);
+	fd = open(g->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		dup2(fd, STDERR_FILENO);
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+	}
+	argv[n++] = "tinyvmm";
+	argv[n++] = "--vms";
+	argv[n++] = g->vms;
+	for (size_t i = 0; g->args[i]; i++)
+		argv[n++] = g->args[i];
+	argv[n++] = "--hold-stats";
+	argv[n++] = "--ready";
+	argv[n++] = g->ready_path;
+	argv[n++] = "--timeout";
+	argv[n++] = "1000000000";
+	argv[n] = NULL;
+	execv(d->tinyvmm, (char *const *)argv);
+	_exit(127);
+}
+
+static int spawn(struct demo *d, struct guest *g)
+{
+	pid_t parent = getpid();
+
+	fflush(NULL);
+	g->pid = fork();
+	if (g->pid < 0) {
+		cli_err(d->cli, "demo: fork: %s", strerror(errno));
+		return -1;
+	}
+	if (!g->pid)
+		exec_guest(d, g, parent);
+	return 0;
+}
+
+/* What a guest that died said, on one line. */
+static void report_death(struct demo *d, struct guest *g, int status)
+{
+	char why[256] = "";
+	int fd = open(g->err_path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, why, sizeof(why) - 1) : 0;
+
+	if (fd >= 0)
+		close(fd);
+	why[n > 0 ? n : 0] = 0;
+	why[strcspn(why, "\n")] = 0;
+	cli_warn(d->cli, "demo: the guest with %s %s (%s)", g->what,
+		 WIFSIGNALED(status) ? "was killed" : "failed",
+		 why[0]		       ? why
+		 : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
+				       : "no message");
+	g->pid = 0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* Wait (bounded) until every guest wrote its ready file or died.
+ * Returns how many are running. */
+static size_t wait_ready(struct demo *d)
+{
+	size_t running = 0;
+
+	for (long waited = 0; waited < READY_TIMEOUT_MS; waited += 50) {
+		struct timespec now = {0, 0};
+		size_t pending = 0;
+
+		/* Ctrl-C while they start: stop them, quietly. */
+		if (sigtimedwait(&d->stop, NULL, &now) > 0) {
+			d->interrupted = true;
+			return 0;
+		}
+
+		for (size_t i = 0; i < d->n; i++) {
+			struct guest *g = &d->g[i];
+			int status;
+
+			if (!g->pid || g->ready)
+				continue;
+			if (waitpid(g->pid, &status, WNOHANG) == g->pid)
+				report_death(d, g, status);
+			else if (!access(g->ready_path, F_OK))
+				g->ready = true;
+			else
+				pending++;
+		}
+		if (!pending)
+			break;
+		sleep_ms(50);
+	}
+	for (size_t i = 0; i < d->n; i++) {
+		if (d->g[i].pid && !d->g[i].ready)
+			cli_warn(
+				d->cli,
+				"demo: the guest with %s did not start in time",
+				d->g[i].what);
+		running += d->g[i].pid && d->g[i].ready;
+	}
+	return running;
+}
+
+/* SIGTERM every guest, give each a few seconds, then SIGKILL. */
+static void stop_all(struct demo *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		if (d->g[i].pid > 0)
+			kill(d->g[i].pid, SIGTERM);
+	for (size_t i = 0; i < d->n; i++) {
+		struct guest *g = &d->g[i];
+		int status;
+
+		if (g->pid <= 0)
+			continue;
+		for (int t = 0; t < 100; t++) {
+			if (waitpid(g->pid, &status, WNOHANG) == g->pid)
+				break;
+			if (t == 99) {
+				kill(g->pid, SIGKILL);
+				waitpid(g->pid, &status, 0);
+			}
+			sleep_ms(50);
+		}
+		g->pid = 0;
+	}
+}
+
+static void remove_dir(struct demo *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		unlink(d->g[i].ready_path);
+		unlink(d->g[i].err_path);
+	}
+	rmdir(d->dir);
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static void catch_stop(void)
+{
+	struct sigaction sa = {.sa_handler = on_stop};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+static int run_top(struct demo *d, const char *interval)
+{
+	char *argv[2 * MAX_GUESTS + 4];
+	char pids[MAX_GUESTS][16];
+	int argc = 0;
+
+	argv[argc++] = "top";
+	for (size_t i = 0; i < d->n; i++) {
+		if (!d->g[i].pid)
+			continue;
+		snprintf(pids[i], sizeof(pids[i]), "%d", (int)d->g[i].pid);
+		argv[argc++] = "--pid";
+		argv[argc++] = pids[i];
+	}
+	if (interval) {
+		argv[argc++] = "--interval";
+		argv[argc++] = (char *)interval;
+	}
+	argv[argc] = NULL;
+	optind = 0;
+	return cmd_top(d->cli, argc, argv);
+}
+
+/* --no-top: wait for Ctrl-C or SIGTERM; a guest dying on its own is
+ * reported, and when none is left the demo ends. */
+static int run_quiet(struct demo *d)
+{
+	sigset_t set, old;
+	size_t alive = 0;
+
+	for (size_t i = 0; i < d->n; i++) {
+		if (!d->g[i].pid)
+			continue;
+		printf("pid %d: %s VM%s, %s\n", (int)d->g[i].pid, d->g[i].vms,
+		       strcmp(d->g[i].vms, "1") ? "s" : "", d->g[i].what);
+		alive++;
+	}
+	printf("watch them with: %s top; Ctrl-C stops them\n", d->cli->prog);
+	fflush(stdout);
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, &old);
+	while (alive) {
+		int sig = sigwaitinfo(&set, NULL);
+
+		if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+			break;
+		for (size_t i = 0; sig == SIGCHLD && i < d->n; i++) {
+			int status;
+
+			if (d->g[i].pid && waitpid(d->g[i].pid, &status,
+						   WNOHANG) == d->g[i].pid) {
+				report_death(d, &d->g[i], status);
+				alive--;
+			}
+		}
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return alive ? EXIT_OK : EXIT_FAIL;
+}
+
+static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
+		 long *nvms, const char **interval)
+{
+	static const struct option opts[] = {
+		{"no-top", no_argument, NULL, OPT_NO_TOP},
+		{"vms", required_argument, NULL, 'n'},
+		{"interval", required_argument, NULL, 's'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "n:s:h", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_NO_TOP:
+			*no_top = true;
+			break;
+		case 'n':
+			*nvms = cli_parse_long(cli, "--vms", optarg, 1, 64);
+			if (*nvms < 0)
+				return EXIT_USAGE;
+			break;
+		case 's':
+			*interval = optarg;
+			break;
+		case 'h':
+			printf("usage: %s demo %s\n", cli->prog, demo_usage);
+			return -1;
+		default:
+			return cli_usage(cli, "demo", demo_usage);
+		}
+	}
+	if (optind < argc) {
+		cli_err(cli, "demo: unexpected argument '%s'", argv[optind]);
+		return cli_usage(cli, "demo", demo_usage);
+	}
+	return 0;
+}
 
 int cmd_demo(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	cli_err(cli, "demo: not implemented yet");
-	return EXIT_FAIL;
+	struct demo d = {.cli = cli};
+	const char *interval = NULL;
+	bool no_top = false;
+	long nvms = 4;
+	size_t running;
+	sigset_t old;
+	int ret;
+
+	ret = parse(cli, argc, argv, &no_top, &nvms, &interval);
+	if (ret)
+		return ret < 0 ? EXIT_OK : ret;
+	if (!no_top && (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))) {
+		cli_err(cli, "demo: top needs a terminal; use 'demo --no-top'");
+		return EXIT_FAIL;
+	}
+	if (check_kvm(cli) || find_tinyvmm(&d))
+		return EXIT_FAIL;
+	snprintf(d.dir, sizeof(d.dir), "/tmp/kvmstats-demo.XXXXXX");
+	if (!mkdtemp(d.dir)) {
+		cli_err(cli, "demo: %s: %s", d.dir, strerror(errno));
+		return EXIT_FAIL;
+	}
+	plan(&d, nvms);
+	sigemptyset(&d.stop);
+	sigaddset(&d.stop, SIGINT);
+	sigaddset(&d.stop, SIGTERM);
+	sigaddset(&d.stop, SIGHUP);
+	sigprocmask(SIG_BLOCK, &d.stop, &old);
+	ret = EXIT_FAIL;
+	for (size_t i = 0; i < d.n; i++)
+		if (spawn(&d, &d.g[i]))
+			goto out;
+	running = wait_ready(&d);
+	if (d.interrupted) {
+		ret = EXIT_OK;
+		goto out;
+	}
+	if (!running) {
+		cli_err(cli, "demo: no guest could start");
+		goto out;
+	}
+	if (no_top) {
+		ret = run_quiet(&d);
+		goto out;
+	}
+	if (running < d.n) {
+		/* Let the warnings be read before the screen takes over. */
+		fprintf(stderr, "%s: demo: going on with %zu of %zu guests\n",
+			cli->prog, running, d.n);
+		sleep_ms(3000);
+	}
+	/* top catches these itself while it runs; around it, a stop
+	 * request (maybe pending since the start) skips it. */
+	catch_stop();
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	ret = stop_requested ? EXIT_OK : run_top(&d, interval);
+out:
+	stop_all(&d);
+	remove_dir(&d);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return ret;
 }

@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * kvmstats top: the model (what every target read, kept per VM and
+ * vCPU) and the delta step (rates, totals and interval histograms).
+ *
+ * Sources feed copies of their data blocks, so that a live sweep and a
+ * recorded log go through exactly the same code, and so that no pointer
+ * into the library's VMM objects outlives a host refresh: VMs are keyed
+ * by (VMM uid, VM index).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "top.h"
+
+void model_init(struct top_model *m, bool include_past)
+{
+	memset(m, 0, sizeof(*m));
+	m->include_past = include_past;
+}
+
+static void series_free(struct top_series *s)
+{
+	if (s->schema)
+		kvmstats_schema__put(s->schema);
+	free(s->cur);
+	free(s->prev);
+	free(s->base);
+	s->schema = NULL;
+	s->cur = s->prev = s->base = NULL;
+	s->n = 0;
+}
+
+static void vm_free(struct top_vm *vm)
+{
+	series_free(&vm->stats);
+	series_free(&vm->sum);
+	free(vm->peak);
+	for (size_t i = 0; i < vm->nvcpus; i++)
+		series_free(&vm->vcpus[i]);
+	free(vm->vcpus);
+	free(vm);
+}
+
+void model_free(struct top_model *m)
+{
+	for (size_t i = 0; i < m->nvms; i++)
+		vm_free(m->vms[i]);
+	free(m->vms);
+	m->vms = NULL;
+	m->nvms = 0;
+}
+
+void model_begin(struct top_model *m)
+{
+	for (size_t i = 0; i < m->nvms; i++) {
+		struct top_vm *vm = m->vms[i];
+
+		vm->seen = false;
+		vm->stats.fresh = false;
+		for (size_t j = 0; j < vm->nvcpus; j++)
+			vm->vcpus[j].fresh = false;
+	}
+}
+
+struct top_vm *model_find(const struct top_model *m, uint64_t uid, int vm)
+{
+	for (size_t i = 0; i < m->nvms; i++)
+		if (m->vms[i]->uid == uid && m->vms[i]->vm == vm)
+			return m->vms[i];
+	return NULL;
+}
+
+struct top_vm *model_vm(struct top_model *m, uint64_t uid, int index)
+{
+	struct top_vm *vm = model_find(m, uid, index);
+	void *p;
+
+	if (vm) {
+		vm->seen = true;
+		return vm;
+	}
+	p = realloc(m->vms, (m->nvms + 1) * sizeof(*m->vms));
+	if (!p)
+		return NULL;
+	m->vms = p;
+	vm = calloc(1, sizeof(*vm));
+	if (!vm)
+		return NULL;
+	vm->uid = uid;
+	vm->vm = index;
+	vm->stats.index = -1;
+	vm->sum.index = -1;
+	vm->seen = true;
+	m->vms[m->nvms++] = vm;
+	return vm;
+}
+
+/* vCPUs stay sorted by index: columns of the vCPU view, in order. */
+struct top_series *model_vcpu(struct top_vm *vm, int index)
+{
+	size_t at = 0;
+	void *p;
+
+	while (at < vm->nvcpus && vm->vcpus[at].index < index)
+		at++;
+	if (at < vm->nvcpus && vm->vcpus[at].index == index)
+		return &vm->vcpus[at];
+	p = realloc(vm->vcpus, (vm->nvcpus + 1) * sizeof(*vm->vcpus));
+	if (!p)
+		return NULL;
+	vm->vcpus = p;
+	memmove(&vm->vcpus[at + 1], &vm->vcpus[at],
+		(vm->nvcpus - at) * sizeof(*vm->vcpus));
+	memset(&vm->vcpus[at], 0, sizeof(*vm->vcpus));
+	vm->vcpus[at].index = index;
+	vm->nvcpus++;
+	return &vm->vcpus[at];
+}
+
+/* Give @s buffers for @schema (a target behind the same key may come
+ * back with another schema: start it over). */
+static int series_bind(struct top_series *s, struct kvmstats_schema *schema)
+{
+	size_t sz = kvmstats_schema__data_size(schema);
+
+	if (s->schema == schema)
+		return 0;
+	series_free(s);
+	s->cur = calloc(1, sz ? sz : 8);
+	s->prev = calloc(1, sz ? sz : 8);
+	s->base = calloc(1, sz ? sz : 8);
+	if (!s->cur || !s->prev || !s->base) {
+		series_free(s);
+		return -ENOMEM;
+	}
+	s->schema = kvmstats_schema__get(schema);
+	return 0;
+}
+
+int series_feed(struct top_model *m, struct top_series *s,
+		struct kvmstats_schema *schema, const void *data,
+		uint64_t time_ns, bool restart)
+{
+	size_t sz = kvmstats_schema__data_size(schema);
+	uint64_t *t;
+	int err = series_bind(s, schema);
+
+	if (err)
+		return err;
+	if (restart)
+		s->n = 0;
+	s->fresh = true;
+	if (!s->n) {
+		memcpy(s->cur, data, sz);
+		memcpy(s->prev, data, sz);
+		if (m->include_past)
+			memset(s->base, 0, sz);
+		else
+			memcpy(s->base, data, sz);
+		s->t_cur = s->t_prev = s->t_base = time_ns;
+		s->n = 1;
+		return 0;
+	}
+	t = s->prev;
+	s->prev = s->cur;
+	s->cur = t;
+	memcpy(s->cur, data, sz);
+	s->t_prev = s->t_cur;
+	s->t_cur = time_ns;
+	if (s->n < 2)
+		s->n++;
+	return 0;
+}
+
+/* Which words of a data block are peaks (the sum takes their maximum),
+ * worked out once per schema: the fold is on the path of every frame. */
+static int peak_map(struct top_vm *vm)
+{
+	const struct kvmstats_stat *st;
+	size_t words = kvmstats_schema__data_size(vm->sum.schema) / 8;
+
+	free(vm->peak);
+	vm->peak = calloc(words ? words : 1, sizeof(*vm->peak));
+	if (!vm->peak)
+		return -ENOMEM;
+	kvmstats_schema__for_each (st, vm->sum.schema) {
+		size_t w = kvmstats_stat__offset(st) / 8;
+
+		for (uint32_t i = 0;
+		     i < kvmstats_stat__size(st) && w + i < words; i++)
+			vm->peak[w + i] =
+				kvmstats_stat__type(st) == KVMSTATS_TYPE_PEAK;
+	}
+	return 0;
+}
+
+/* Fold one vCPU block into the sum: peaks take the maximum, everything
+ * else (counters, levels, booleans as a count of "yes", histogram
+ * buckets) adds up. */
+static void fold(const bool *peak, size_t words, uint64_t *acc,
+		 const uint64_t *v)
+{
+	for (size_t i = 0; i < words; i++) {
+		if (peak[i])
+			acc[i] = v[i] > acc[i] ? v[i] : acc[i];
+		else
+			acc[i] += v[i];
+	}
+}
+
+static size_t fold_base(struct top_vm *vm, size_t words)
+{
+	struct top_series *s = &vm->sum;
+	size_t n = 0;
+
+	memset(s->base, 0, words * 8);
+	for (size_t i = 0; i < vm->nvcpus; i++) {
+		if (vm->vcpus[i].schema != s->schema)
+			continue;
+		fold(vm->peak, words, s->base, vm->vcpus[i].base);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * The sum of this frame. When the same vCPUs were summed last frame and
+ * none of them started over, last frame's sum is this frame's previous
+ * one, and the baseline has not moved: one fold per vCPU instead of three
+ * (this runs for every VM at every frame).
+ */
+static void vm_sum(struct top_vm *vm)
+{
+	struct top_series *s = &vm->sum, *first = NULL;
+	size_t words, members = 0;
+	bool reuse = s->n > 0, restarted = false;
+	uint64_t *t;
+
+	for (size_t i = 0; i < vm->nvcpus && !first; i++)
+		if (vm->vcpus[i].schema)
+			first = &vm->vcpus[i];
+	if (!first)
+		return;
+	if (s->schema != first->schema) {
+		reuse = false;
+		if (series_bind(s, first->schema) || peak_map(vm)) {
+			series_free(s);
+			vm->nsum = 0;
+			return;
+		}
+	}
+	words = kvmstats_schema__data_size(s->schema) / 8;
+	for (size_t i = 0; i < vm->nvcpus; i++) {
+		if (vm->vcpus[i].schema != s->schema)
+			continue;
+		members++;
+		restarted |= vm->vcpus[i].n < 2;
+	}
+	reuse &= members == vm->nsum && !restarted;
+	t = s->prev;
+	s->prev = s->cur;
+	s->cur = t;
+	memset(s->cur, 0, words * 8);
+	if (!reuse)
+		memset(s->prev, 0, words * 8);
+	for (size_t i = 0; i < vm->nvcpus; i++) {
+		struct top_series *c = &vm->vcpus[i];
+
+		if (c->schema != s->schema)
+			continue;
+		fold(vm->peak, words, s->cur, c->cur);
+		/* A vCPU not read this time, or read once, adds nothing to
+		 * the interval. */
+		if (!reuse)
+			fold(vm->peak, words, s->prev,
+			     c->fresh && c->n >= 2 ? c->prev : c->cur);
+	}
+	if (!reuse)
+		fold_base(vm, words);
+	vm->nsum = members;
+	s->t_cur = first->t_cur;
+	s->t_prev = first->t_prev;
+	s->t_base = first->t_base;
+	s->n = first->n;
+	s->fresh = true;
+}
+
+void model_end(struct top_model *m, uint64_t time_ns)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < m->nvms; i++) {
+		if (!m->vms[i]->seen) {
+			vm_free(m->vms[i]);
+			continue;
+		}
+		m->vms[j++] = m->vms[i];
+	}
+	m->nvms = j;
+	for (size_t i = 0; i < m->nvms; i++) {
+		struct top_vm *vm = m->vms[i];
+
+		vm->multi = false;
+		for (size_t k = 0; k < m->nvms; k++)
+			if (k != i && m->vms[k]->uid == vm->uid)
+				vm->multi = true;
+		vm_sum(vm);
+	}
+	m->t_prev = m->frames ? m->t_cur : time_ns;
+	m->t_cur = time_ns;
+	m->frames++;
+}
+
+static void series_reset(struct top_series *s)
+{
+	if (!s->schema)
+		return;
+	memcpy(s->base, s->cur, kvmstats_schema__data_size(s->schema));
+	s->t_base = s->t_cur;
+}
+
+void model_reset(struct top_model *m)
+{
+	for (size_t i = 0; i < m->nvms; i++) {
+		struct top_vm *vm = m->vms[i];
+
+		series_reset(&vm->stats);
+		for (size_t k = 0; k < vm->nvcpus; k++)
+			series_reset(&vm->vcpus[k]);
+		/* Not vm_sum(): this frame's sum and its previous stay. */
+		if (vm->sum.schema) {
+			fold_base(vm,
+				  kvmstats_schema__data_size(vm->sum.schema) /
+					  8);
+			vm->sum.t_base = vm->sum.t_cur;
+		}
+	}
+}
+
+/* ---- delta ---------------------------------------------------------- */
+
+bool stat_is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
+double series_interval_s(const struct top_series *s)
+{
+	if (s->n < 2 || s->t_cur <= s->t_prev)
+		return NAN;
+	return (double)(s->t_cur - s->t_prev) / 1e9;
+}
+
+double series_rate(const struct top_series *s, const struct kvmstats_stat *st)
+{
+	if (!s->schema || s->n < 2 || s->t_cur <= s->t_prev)
+		return NAN;
+	return kvmstats_stat__rate(st, s->prev, s->cur, s->t_cur - s->t_prev);
+}
+
+double series_total(const struct top_series *s, const struct kvmstats_stat *st)
+{
+	const uint64_t *c, *b;
+
+	if (!s->schema)
+		return NAN;
+	c = kvmstats_stat__values(st, s->cur);
+	b = kvmstats_stat__values(st, s->base);
+	if (stat_is_hist(st)) {
+		uint64_t n = kvmstats_hist__count(st, c),
+			 nb = kvmstats_hist__count(st, b);
+
+		return (double)(n >= nb ? n - nb : n);
+	}
+	if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
+		return (double)c[0];
+	/* A counter that went back (a new VM behind the key) counts anew. */
+	return (double)(c[0] >= b[0] ? c[0] - b[0] : c[0]);
+}
+
+bool series_hist(const struct top_series *s, const struct kvmstats_stat *st,
+		 uint64_t *out)
+{
+	if (!s->schema || s->n < 2)
+		return false;
+	kvmstats_hist__delta(st, s->prev, s->cur, out);
+	return true;
+}
+
+double vm_rate(const struct top_vm *vm, const char *stat)
+{
+	const struct kvmstats_stat *st;
+
+	if (vm->sum.schema) {
+		st = kvmstats_schema__find(vm->sum.schema, stat);
+		if (st)
+			return series_rate(&vm->sum, st);
+	}
+	if (vm->stats.schema) {
+		st = kvmstats_schema__find(vm->stats.schema, stat);
+		if (st)
+			return series_rate(&vm->stats, st);
+	}
+	return NAN;
+}
+
+static bool is_count(const struct kvmstats_stat *st)
+{
+	return kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE &&
+	       kvmstats_stat__unit(st) == KVMSTATS_UNIT_NONE &&
+	       kvmstats_stat__size(st) == 1;
+}
+
+double series_share(const struct top_series *s, const struct kvmstats_stat *st)
+{
+	const struct kvmstats_stat *o;
+	double all = 0;
+
+	if (!s->schema || !is_count(st))
+		return NAN;
+	kvmstats_schema__for_each (o, s->schema)
+		if (is_count(o))
+			all += series_total(s, o);
+	return all > 0 ? series_total(s, st) * 100 / all : NAN;
+}
+
+/* ---- formatting of cells ------------------------------------------- */
+
+void fmt_count(double v, char *buf, size_t len)
+{
+	static const char sfx[] = " kMGTPE";
+	double a = fabs(v);
+	int i = 0;
+
+	if (isnan(v)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	if (a < 1000) {
+		if (v == floor(v) || a >= 99.95)
+			snprintf(buf, len, "%.0f", v);
+		else
+			snprintf(buf, len, a < 9.995 ? "%.2f" : "%.1f", v);
+		return;
+	}
+	while (a >= 999.5 && i < 6) {
+		a /= 1000;
+		v /= 1000;
+		i++;
+	}
+	snprintf(buf, len, "%.3g%c", v, sfx[i]);
+}
+
+void fmt_rate(const struct kvmstats_stat *st, double rate, char *buf,
+	      size_t len)
+{
+	size_t used;
+
+	if (isnan(rate)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	if (kvmstats_stat__unit(st) == KVMSTATS_UNIT_NONE) {
+		fmt_count(kvmstats_stat__scale(st, rate), buf, len);
+		return;
+	}
+	kvmstats_stat__format(st, rate, buf, len);
+	used = strlen(buf);
+	snprintf(buf + used, len - used, "/s");
+}
+
+void fmt_level(const struct kvmstats_stat *st, double v, unsigned int nvals,
+	       char *buf, size_t len)
+{
+	if (isnan(v)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	if (!kvmstats_stat__known(st)) {
+		snprintf(buf, len, "%.0f", v);
+		return;
+	}
+	if (kvmstats_stat__unit(st) == KVMSTATS_UNIT_BOOLEAN && nvals > 1) {
+		snprintf(buf, len, "%.0f/%u", v, nvals);
+		return;
+	}
+	if (kvmstats_stat__unit(st) == KVMSTATS_UNIT_NONE)
+		fmt_count(kvmstats_stat__scale(st, v), buf, len);
+	else
+		kvmstats_stat__format(st, v, buf, len);
+}
+
+void fmt_quantile(const struct kvmstats_stat *st, const uint64_t *h, double q,
+		  char *buf, size_t len)
+{
+	double x = h ? kvmstats_hist__quantile(st, h, q) : NAN;
+
+	if (isnan(x))
+		snprintf(buf, len, "-");
+	else
+		kvmstats_stat__format(st, x, buf, len);
+}
+
+bool stat_shown(const struct top_opts *o, const regex_t *filter,
+		const struct top_series *s, const struct kvmstats_stat *st)
+{
+	const char *name = kvmstats_stat__name(st);
+	const uint64_t *v;
+	double rate;
+
+	if (o->fields_set && regexec(&o->fields, name, 0, NULL, 0))
+		return false;
+	if (filter && regexec(filter, name, 0, NULL, 0))
+		return false;
+	if (!o->skip_zero)
+		return true;
+	/* kvm_stat -z: hide what is zero in every column. */
+	if (stat_is_hist(st) ||
+	    kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE) {
+		rate = series_rate(s, st);
+		return series_total(s, st) != 0 || (!isnan(rate) && rate != 0);
+	}
+	v = kvmstats_stat__values(st, s->cur);
+	for (uint32_t i = 0; i < kvmstats_stat__size(st); i++)
+		if (v[i])
+			return true;
+	return false;
+}
+
+/* ---- the VM list's columns ------------------------------------------ */
+
+/* The counters kvm_stat users look at first; the ones this host's KVM
+ * does not maintain simply read 0. */
+const struct top_col top_cols[] = {
+	{"PID", 7, COL_PID, NULL, 0},
+	{"VM", 16, COL_NAME, NULL, 0},
+	{"SOURCE", 7, COL_SOURCE, NULL, 3},
+	{"VCPUS", 5, COL_VCPUS, NULL, 2},
+	{"EXITS/s", 9, COL_RATE, "exits", 0},
+	{"HALT/s", 8, COL_RATE, "halt_exits", 1},
+	{"EMUL/s", 8, COL_RATE, "insn_emulation", 4},
+	{"IO/s", 8, COL_RATE, "io_exits", 5},
+	{"MMIO/s", 8, COL_RATE, "mmio_exits", 7},
+	{"IRQ/s", 8, COL_RATE, "irq_exits", 6},
+	{"PF/s", 8, COL_RATE, "pf_taken", 8},
+	{"WAKE/s", 8, COL_RATE, "halt_wakeup", 9},
+};
+const size_t top_ncols = sizeof(top_cols) / sizeof(top_cols[0]);
+
+const char *vm_label(const struct top_vm *vm, char *buf, size_t len)
+{
+	if (vm->multi)
+		snprintf(buf, len, "%s#%d", vm->name[0] ? vm->name : "?",
+			 vm->vm);
+	else
+		snprintf(buf, len, "%s", vm->name[0] ? vm->name : "?");
+	return buf;
+}
+
+void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,
+	      size_t len)
+{
+	switch (c->kind) {
+	case COL_PID:
+		snprintf(buf, len, "%d", (int)vm->pid);
+		return;
+	case COL_NAME:
+		vm_label(vm, buf, len);
+		return;
+	case COL_SOURCE:
+		snprintf(buf, len, "%s", vm->source);
+		return;
+	case COL_VCPUS:
+		snprintf(buf, len, "%zu", vm->nvcpus);
+		return;
+	case COL_RATE:
+		fmt_count(vm_rate(vm, c->stat), buf, len);
+		return;
+	}
+}
+
+struct sort_key {
+	const struct top_col *col;
+	bool asc;
+};
+
+static double col_num(const struct top_col *c, const struct top_vm *vm)
+{
+	double v;
+
+	switch (c->kind) {
+	case COL_PID:
+		return vm->pid;
+	case COL_VCPUS:
+		return (double)vm->nvcpus;
+	case COL_RATE:
+		v = vm_rate(vm, c->stat);
+		return isnan(v) ? -1 : v;
+	default:
+		return 0;
+	}
+}
+
+static int cmp_vm(const void *a, const void *b, void *arg)
+{
+	const struct top_vm *x = *(struct top_vm *const *)a;
+	const struct top_vm *y = *(struct top_vm *const *)b;
+	const struct sort_key *k = arg;
+	int r;
+
+	if (k->col->kind == COL_NAME || k->col->kind == COL_SOURCE) {
+		r = k->col->kind == COL_NAME ? strcmp(x->name, y->name)
+					     : strcmp(x->source, y->source);
+		r = -r; /* names read best A to Z by default */
+	} else {
+		double u = col_num(k->col, x), v = col_num(k->col, y);
+
+		r = (u > v) - (u < v);
+	}
+	if (k->asc)
+		r = -r;
+	if (r)
+		return -r;
+	/* Ties keep a stable order, so rows do not jump around. */
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return (x->vm > y->vm) - (x->vm < y->vm);
+}
+
+void model_sort(struct top_model *m, size_t col, bool asc)
+{
+	struct sort_key k = {&top_cols[col < top_ncols ? col : 0], asc};
+
+	if (m->nvms > 1)
+		qsort_r(m->vms, m->nvms, sizeof(*m->vms), cmp_vm, &k);
+}
