@@ -1,11 +1,326 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-/* kvmstats list: not written yet. */
+/*
+ * kvmstats list: every VMM process on the host (a process holding a KVM
+ * VM fd), its VMs and vCPUs, its name, its guest memory where a source
+ * knows it, and which sources can read it.
+ *
+ * The sources are probed (cheap, nothing is asked of the VMM), then the
+ * host is opened as every other command would open it, to say which
+ * source `auto` actually picks; QEMU's monitor is asked for the memory
+ * size when the picked source does not know it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+
+static const char list_usage[] = "[--json] [--pretty]\n       " CLI_TARGET_USAGE;
+
+struct vmm_row {
+	pid_t pid;
+	char name[128];
+	int vms, vcpus;
+	uint64_t memory;
+	const char *source;	/* what auto picked, or NULL */
+	const char *sources[8];
+	int nsources;
+	bool gone;		/* exited while we looked */
+};
+
+static void count_fds(struct vmm_row *row)
+{
+	struct kvmstats_proc_fd *fds;
+	int n = kvmstats_proc__kvm_fds(row->pid, &fds);
+
+	if (n < 0) {
+		row->gone = true;
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		row->vms += fds[i].kind == KVMSTATS_FD_VM;
+		row->vcpus += fds[i].kind == KVMSTATS_FD_VCPU;
+	}
+	free(fds);
+}
+
+static struct kvmstats_host_opts host_opts(const struct target_args *a,
+					   const char *source, const pid_t *pids,
+					   size_t npids)
+{
+	return (struct kvmstats_host_opts){
+		.sz = sizeof(struct kvmstats_host_opts),
+		.pids = pids, .npids = npids, .source = source,
+		.flags = a->flags, .qmp_path = a->qmp,
+		.libvirt_uri = a->libvirt_uri,
+	};
+}
+
+static void probe_sources(struct cli *cli, const struct target_args *a,
+			  struct vmm_row *row)
+{
+	struct kvmstats_host_opts o = host_opts(a, NULL, &row->pid, 1);
+
+	for (const char *const *s = kvmstats_sources(); *s; s++) {
+		/* attach stops threads of the VMM for a moment: only when the
+		 * user allowed it. */
+		if (!strcmp(*s, "attach") && !(a->flags & KVMSTATS_HOST_ATTACH))
+			continue;
+		if (row->nsources < (int)(sizeof(row->sources) / sizeof(row->sources[0])) &&
+		    kvmstats_source__probe(cli->ctx, *s, row->pid, &o))
+			row->sources[row->nsources++] = *s;
+	}
+}
+
+static bool has_source(const struct vmm_row *row, const char *s)
+{
+	for (int i = 0; i < row->nsources; i++)
+		if (!strcmp(row->sources[i], s))
+			return true;
+	return false;
+}
+
+/* Memory from QEMU's monitor, for a VMM read through another source. */
+static uint64_t qmp_memory(struct cli *cli, const struct target_args *a,
+			   pid_t pid)
+{
+	struct kvmstats_host_opts o = host_opts(a, "qmp", &pid, 1);
+	struct kvmstats_host *h = kvmstats_host__new(cli->ctx, &o);
+	uint64_t bytes = 0;
+
+	if (h && kvmstats_host__refresh(h) > 0 && kvmstats_host__num_vmms(h))
+		bytes = kvmstats_vmm__memory_bytes(kvmstats_host__vmm(h, 0));
+	kvmstats_host__free(h);
+	return bytes;
+}
+
+/* Open the rows' VMMs the way every command does: which source wins. */
+static int open_host(struct cli *cli, const struct target_args *a,
+		     struct vmm_row *rows, size_t n)
+{
+	struct kvmstats_host *h = target_host_new(cli, a);
+	int err;
+
+	if (!h)
+		return -1;
+	err = kvmstats_host__refresh(h);
+	if (err < 0) {
+		cli_err(cli, "scanning the host: %s", strerror(-err));
+		kvmstats_host__free(h);
+		return -1;
+	}
+	target_report_errors(cli, h);
+	for (size_t i = 0; i < kvmstats_host__num_vmms(h); i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(h, i);
+
+		for (size_t j = 0; j < n; j++) {
+			if (rows[j].pid != kvmstats_vmm__pid(v))
+				continue;
+			/* The library's static names outlive the host. */
+			rows[j].source = kvmstats_vmm__source(v);
+			rows[j].memory = kvmstats_vmm__memory_bytes(v);
+		}
+	}
+	kvmstats_host__free(h);
+	for (size_t j = 0; j < n; j++)
+		if (!rows[j].memory && has_source(&rows[j], "qmp") &&
+		    (!rows[j].source || strcmp(rows[j].source, "qmp")))
+			rows[j].memory = qmp_memory(cli, a, rows[j].pid);
+	return 0;
+}
+
+static struct json_object *row_json(const struct vmm_row *row)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *src = json_object_new_array();
+
+	json_object_object_add(o, "pid", json_object_new_int(row->pid));
+	json_object_object_add(o, "name", json_object_new_string(row->name));
+	json_object_object_add(o, "vms", json_object_new_int(row->vms));
+	json_object_object_add(o, "vcpus", json_object_new_int(row->vcpus));
+	json_object_object_add(o, "memory_bytes",
+			       row->memory ? json_object_new_uint64(row->memory)
+					   : NULL);
+	for (int i = 0; i < row->nsources; i++)
+		json_object_array_add(src, json_object_new_string(row->sources[i]));
+	json_object_object_add(o, "sources", src);
+	json_object_object_add(o, "source", row->source ?
+				json_object_new_string(row->source) : NULL);
+	return o;
+}
+
+static void print_json(struct cli *cli, const struct vmm_row *rows, size_t n)
+{
+	struct json_object *arr = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++)
+		if (!rows[i].gone)
+			json_object_array_add(arr, row_json(&rows[i]));
+	cli_print_json(cli, arr);
+	json_object_put(arr);
+}
+
+struct cells {
+	char pid[16], vms[16], vcpus[16], mem[32], sources[64];
+};
+
+static void row_cells(const struct vmm_row *row, struct cells *c)
+{
+	size_t used = 0;
+
+	snprintf(c->pid, sizeof(c->pid), "%d", (int)row->pid);
+	snprintf(c->vms, sizeof(c->vms), "%d", row->vms);
+	snprintf(c->vcpus, sizeof(c->vcpus), "%d", row->vcpus);
+	if (row->memory)
+		kvmstats_format_unit(KVMSTATS_UNIT_BYTES, (double)row->memory,
+				     c->mem, sizeof(c->mem));
+	else
+		snprintf(c->mem, sizeof(c->mem), "-");
+	c->sources[0] = 0;
+	for (int i = 0; i < row->nsources && used < sizeof(c->sources); i++)
+		used += (size_t)snprintf(c->sources + used, sizeof(c->sources) - used,
+					 "%s%s", i ? "," : "", row->sources[i]);
+	if (!row->nsources)
+		snprintf(c->sources, sizeof(c->sources), "-");
+}
+
+#define WIDEN(w, s) ((w) = (int)strlen(s) > (w) ? (int)strlen(s) : (w))
+
+static void print_table(const struct vmm_row *rows, size_t n)
+{
+	int wp = 3, wn = 4, wm = 6, ws = 6;
+	struct cells c;
+
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].gone)
+			continue;
+		row_cells(&rows[i], &c);
+		WIDEN(wp, c.pid);
+		WIDEN(wn, rows[i].name);
+		WIDEN(wm, c.mem);
+		WIDEN(ws, rows[i].source ? rows[i].source : "-");
+	}
+	printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %s\n", wp, "PID", wn, "NAME",
+	       "VMS", "VCPUS", wm, "MEMORY", ws, "SOURCE", "SOURCES");
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].gone)
+			continue;
+		row_cells(&rows[i], &c);
+		printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %s\n", wp, c.pid, wn,
+		       rows[i].name, c.vms, c.vcpus, wm, c.mem, ws,
+		       rows[i].source ? rows[i].source : "-", c.sources);
+	}
+}
+
+/* The VMMs to list: every one, or those asked for (which must be). */
+static int collect(struct cli *cli, const struct target_args *a,
+		   struct vmm_row **out, size_t *n)
+{
+	pid_t *pids = NULL;
+	int np, bad = 0;
+	struct vmm_row *rows;
+
+	np = kvmstats_proc__vmm_pids(&pids);
+	if (np < 0) {
+		cli_err(cli, "listing processes: %s", strerror(-np));
+		return -1;
+	}
+	rows = calloc((size_t)np + a->npids + 1, sizeof(*rows));
+	if (!rows) {
+		free(pids);
+		cli_err(cli, "out of memory");
+		return -1;
+	}
+	*n = 0;
+	if (a->npids) {
+		for (size_t i = 0; i < a->npids; i++) {
+			bool vmm = false;
+
+			for (int j = 0; j < np; j++)
+				vmm |= pids[j] == a->pids[i];
+			if (!vmm) {
+				cli_err(cli, "pid %d is not a VMM (it holds no KVM VM fd)",
+					(int)a->pids[i]);
+				bad++;
+				continue;
+			}
+			rows[(*n)++].pid = a->pids[i];
+		}
+	} else {
+		for (int j = 0; j < np; j++)
+			rows[(*n)++].pid = pids[j];
+	}
+	free(pids);
+	*out = rows;
+	return bad;
+}
 
 int cmd_list(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	cli_err(cli, "list: not implemented yet");
-	return EXIT_FAIL;
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		CLI_TARGET_LONGOPTS,
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct vmm_row *rows = NULL;
+	struct target_args a;
+	size_t n = 0, kept = 0;
+	int c, bad, ret = EXIT_USAGE;
+
+	if (target_args_init(&a, argc))
+		return EXIT_FAIL;
+	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "h", opts,
+				NULL)) != -1) {
+		int used = c == OPT_FILE ? 0 : cli_target_opt(cli, &a, c, optarg);
+
+		if (used < 0)
+			goto out;
+		if (used || cli_format_opt(cli, c))
+			continue;
+		if (c == 'h') {
+			printf("usage: %s list %s\n", cli->prog, list_usage);
+			ret = EXIT_OK;
+			goto out;
+		}
+		if (c == OPT_FILE)
+			cli_err(cli, "list: --file is not a VMM");
+		ret = cli_usage(cli, "list", list_usage);
+		goto out;
+	}
+	if (optind < argc) {
+		cli_err(cli, "list: unexpected argument '%s'", argv[optind]);
+		ret = cli_usage(cli, "list", list_usage);
+		goto out;
+	}
+	ret = EXIT_FAIL;
+	bad = collect(cli, &a, &rows, &n);
+	if (bad < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct vmm_row *row = &rows[i];
+
+		if (kvmstats_proc__name(row->pid, row->name, sizeof(row->name)))
+			continue;	/* exited since the scan */
+		count_fds(row);
+		if (row->gone || (a.name_set &&
+				  regexec(&a.name_re, row->name, 0, NULL, 0)))
+			continue;
+		probe_sources(cli, &a, row);
+		rows[kept++] = *row;
+	}
+	n = kept;
+	if (n && open_host(cli, &a, rows, n))
+		goto out;
+	if (cli->format == OUT_JSON)
+		print_json(cli, rows, n);
+	else if (n)
+		print_table(rows, n);
+	else
+		printf("no VMM on this host (no process holds a KVM VM fd)\n");
+	ret = bad ? EXIT_FAIL : EXIT_OK;
+out:
+	free(rows);
+	target_args_free(&a);
+	return ret;
 }

@@ -125,9 +125,11 @@ void kvmstats_host__free(struct kvmstats_host *h)
 {
 	if (!h)
 		return;
+	ks_sweep_pool_free(h->pool);	/* its threads read our readers */
 	for (size_t i = 0; i < h->n; i++)
 		kvmstats_vmm__close(h->vmms[i]);
 	free(h->vmms);
+	free(h->retry);
 	free(h->pids);
 	free(h);
 }
@@ -188,7 +190,8 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 			continue;
 		err = s->open(&a, v);
 		if (!err) {
-			v->source = s->name;
+			v->source = s->reads_as ? s->reads_as : s->name;
+			v->src = s;
 			v->uid = h->next_uid++;
 			return v;
 		}
@@ -197,6 +200,8 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 	if (err == -ENOENT && !h->only)
 		ks_err(why, why_sz, "no source can read it (held stats fds, "
 		       "--attach, a QMP socket, libvirt or debugfs)");
+	else if (!why[0])
+		ks_err(why, why_sz, "%s", strerror(-err));
 err:
 	kvmstats_vmm__close(v);
 	errno = -err;
@@ -229,13 +234,109 @@ static int drop_dead(struct kvmstats_host *h)
 	return dropped;
 }
 
+int ks_host_drop_dead(struct kvmstats_host *h)
+{
+	return drop_dead(h);
+}
+
+/*
+ * A VMM whose open failed slowly (a monitor that never answered, ...) is
+ * not tried again at every refresh but after a delay that doubles up to a
+ * minute: a refresh must stay quick, as the sweeps of a long-running
+ * command wait for it. Cheap failures are retried every time, so that a
+ * VMM that just started is read as soon as it can be.
+ */
+#define KS_SLOW_OPEN_NS (100 * 1000000ull)
+#define KS_RETRY_MIN_NS (2 * 1000000000ull)
+#define KS_RETRY_MAX_NS (60 * 1000000000ull)
+
+struct ks_retry {
+	pid_t pid;
+	uint64_t start;		/* process start time: a reused pid differs */
+	uint64_t next_ns;
+	uint64_t backoff_ns;
+	char why[200];
+};
+
+/* Start time of @pid (field 22 of /proc/PID/stat), 0 when it is gone. */
+static uint64_t proc_start(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long start = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	/* After the comm: state is field 3, starttime field 22. */
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &start) != 1)
+		start = 0;
+	fclose(f);
+	return start;
+}
+
+/* Forget failures of processes that exited (or whose pid was reused). */
+static void prune_retry(struct kvmstats_host *h)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < h->nretry; i++)
+		if (proc_start(h->retry[i].pid) == h->retry[i].start)
+			h->retry[j++] = h->retry[i];
+	h->nretry = j;
+}
+
+static struct ks_retry *find_retry(struct kvmstats_host *h, pid_t pid)
+{
+	for (size_t i = 0; i < h->nretry; i++)
+		if (h->retry[i].pid == pid)
+			return &h->retry[i];
+	return NULL;
+}
+
+static void remember_failure(struct kvmstats_host *h, pid_t pid,
+			     const char *why)
+{
+	struct ks_retry *rt = find_retry(h, pid);
+	void *p;
+
+	if (!rt) {
+		p = realloc(h->retry, (h->nretry + 1) * sizeof(*h->retry));
+		if (!p)
+			return;	/* then it is simply tried again */
+		h->retry = p;
+		rt = &h->retry[h->nretry++];
+		*rt = (struct ks_retry){ .pid = pid, .start = proc_start(pid),
+					 .backoff_ns = KS_RETRY_MIN_NS / 2 };
+	}
+	if (rt->backoff_ns < KS_RETRY_MAX_NS)
+		rt->backoff_ns *= 2;
+	rt->next_ns = ks_now_ns() + rt->backoff_ns;
+	snprintf(rt->why, sizeof(rt->why), "%s", why);
+}
+
 static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)
 {
 	char why[256] = "";
-	struct kvmstats_vmm *v = open_vmm(h, pid, why, sizeof(why));
+	struct ks_retry *rt = find_retry(h, pid);
+	uint64_t t0 = ks_now_ns();
+	struct kvmstats_vmm *v;
 	void *p;
 
+	if (rt && t0 < rt->next_ns) {
+		if (explicit)
+			note_error(h, "pid %d: %s (next try in %llu s)", (int)pid,
+				   rt->why,
+				   (unsigned long long)(rt->next_ns - t0) / 1000000000ull + 1);
+		return 0;
+	}
+	v = open_vmm(h, pid, why, sizeof(why));
 	if (!v) {
+		if (ks_now_ns() - t0 > KS_SLOW_OPEN_NS)
+			remember_failure(h, pid, why);
 		/* A host-wide scan skips VMMs no source serves, quietly. */
 		if (explicit)
 			note_error(h, "pid %d: %s", (int)pid, why);
@@ -243,6 +344,8 @@ static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)
 			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: %s", (int)pid, why);
 		return 0;
 	}
+	if (rt)
+		*rt = h->retry[--h->nretry];
 	p = realloc(h->vmms, (h->n + 1) * sizeof(*h->vmms));
 	if (!p) {
 		kvmstats_vmm__close(v);
@@ -260,7 +363,7 @@ static void refresh_vcpus(struct kvmstats_host *h)
 
 	for (size_t i = 0; i < h->n; i++) {
 		struct kvmstats_vmm *v = h->vmms[i];
-		const struct ks_source *s = find_source(v->source);
+		const struct ks_source *s = v->src ? v->src : find_source(v->source);
 
 		if (s && s->refresh && s->refresh(&a, v) < 0)
 			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: refresh: %s",
@@ -275,6 +378,7 @@ int kvmstats_host__refresh(struct kvmstats_host *h)
 
 	h->errors[0] = 0;
 	changes = drop_dead(h);
+	prune_retry(h);
 	if (!h->o.npids) {
 		n = kvmstats_proc__vmm_pids(&all);
 		if (n < 0)

@@ -48,6 +48,11 @@ struct kvmstats_ctx {
 	void *log_arg;
 	struct kvmstats_schema *schemas;
 	size_t nschemas;
+	/* This kernel's own VM and vCPU descriptors, learnt once from a
+	 * throwaway VM (ks_kernel_schemas()); kernel_err < 0 when that
+	 * failed, so that it is not tried again. */
+	struct kvmstats_schema *kernel_schema[2];
+	int kernel_err;
 };
 
 /* ---- VMMs and VMs (vmm.c) ---- */
@@ -70,6 +75,7 @@ struct kvmstats_vmm {
 	uint64_t uid;
 	uint64_t memory_bytes;
 	const char *source;		/* static string */
+	const struct ks_source *src;	/* the source that opened it */
 	char name[128];
 	struct kvmstats_vm **vms;
 	size_t nvms;
@@ -84,6 +90,10 @@ int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v);
 int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 		   struct kvmstats_reader *r);
 void ks_vm_free(struct kvmstats_vm *vm);
+
+/* Give an ops reader (kvmstats_reader__open_ops) the id its target would
+ * have in the kernel, e.g. "kvm-1234/vcpu-0"; 0 or -ENOMEM. */
+int ks_reader_set_id(struct kvmstats_reader *r, const char *id);
 
 /* ---- sources (host.c and source_*.c) ---- */
 struct ks_source_args {
@@ -103,7 +113,17 @@ struct ks_source {
 	int (*open)(const struct ks_source_args *a, struct kvmstats_vmm *v);
 	/* Optional: add hot-plugged vCPUs; returns how many or -errno. */
 	int (*refresh)(const struct ks_source_args *a, struct kvmstats_vmm *v);
+	/* Optional: the source its VMMs report (attach ends up with stats
+	 * fds of our own: its readings are the fd source's). */
+	const char *reads_as;
 };
+
+/* New references to this kernel's VM and vCPU stats schemas, read from
+ * a VM and vCPU this process creates and closes at once (/dev/kvm), and
+ * cached in @ctx (when not NULL); 0 or -errno. Sources that only know
+ * stat names (debugfs, libvirt) take types and units from them. */
+int ks_kernel_schemas(struct kvmstats_ctx *ctx, struct kvmstats_schema **vm,
+		      struct kvmstats_schema **vcpu);
 
 extern const struct ks_source ks_source_fd, ks_source_attach, ks_source_qmp,
 	ks_source_libvirt, ks_source_debugfs;
@@ -118,7 +138,21 @@ struct kvmstats_host {
 	uint64_t next_uid;
 	uint64_t time_ns;
 	char errors[1024];
+	/* VMMs whose open failed slowly, retried later (host.c). */
+	struct ks_retry *retry;
+	size_t nretry;
+	struct ks_sweep_pool *pool;	/* parallel sweeps (sweep.c), or NULL */
 };
+
+/* ---- parallel sweeps (sweep.c) ---- */
+#define KS_SWEEP_NSRC 6			/* the five sources, and any other */
+struct ks_sweep_pool;
+void ks_sweep_pool_free(struct ks_sweep_pool *p);
+/* Warm the cache lines a sweep of @r will touch, one link per @stage
+ * (0: the reader, 1: its sample, 2: the data block) (reader.c). */
+void ks_reader_prefetch(const struct kvmstats_reader *r, int stage);
+/* Drop the VMMs that exited (host.c); returns how many. */
+int ks_host_drop_dead(struct kvmstats_host *h);
 
 /* Log through the context's callback (no-op when ctx or callback NULL). */
 void ks_log(const struct kvmstats_ctx *ctx, enum kvmstats_log_level level,

@@ -269,6 +269,17 @@ struct kvmstats_reader *kvmstats_reader__open_ops(struct kvmstats_schema *schema
 	return r;
 }
 
+int ks_reader_set_id(struct kvmstats_reader *r, const char *id)
+{
+	char *copy = strdup(id);
+
+	if (!copy)
+		return -ENOMEM;
+	free(r->id);
+	r->id = copy;
+	return 0;
+}
+
 void kvmstats_reader__close(struct kvmstats_reader *r)
 {
 	if (!r)
@@ -298,15 +309,11 @@ static int read_ops(struct kvmstats_reader *r, struct kvmstats_sample *smp)
 	return err;
 }
 
-int kvmstats_reader__read(struct kvmstats_reader *r,
-			  struct kvmstats_sample *smp)
+/* The data block into @smp: one pread for an fd. */
+static int read_data(struct kvmstats_reader *r, struct kvmstats_sample *smp)
 {
 	ssize_t n;
 
-	if (smp->size < r->data_size)
-		return -EINVAL;
-	if (!(r->flags & KVMSTATS_READER_NO_TIME))
-		smp->time_ns = ks_now_ns();
 	if (r->fd >= 0) {
 		n = pread(r->fd, smp->data, r->data_size, r->data_offset);
 		if (n == (ssize_t)r->data_size)
@@ -319,16 +326,22 @@ int kvmstats_reader__read(struct kvmstats_reader *r,
 	return 0;
 }
 
+int kvmstats_reader__read(struct kvmstats_reader *r,
+			  struct kvmstats_sample *smp)
+{
+	if (smp->size < r->data_size)
+		return -EINVAL;
+	if (!(r->flags & KVMSTATS_READER_NO_TIME))
+		smp->time_ns = ks_now_ns();
+	return read_data(r, smp);
+}
+
 int kvmstats_reader__sweep(struct kvmstats_reader *r, uint64_t time_ns)
 {
 	struct kvmstats_sample *t = r->prev;
-	unsigned int flags = r->flags;
-	int err;
+	int err = read_data(r, t);
 
 	/* A failed read keeps the last good reading as the current one. */
-	r->flags |= KVMSTATS_READER_NO_TIME;
-	err = kvmstats_reader__read(r, t);
-	r->flags = flags;
 	r->error = err;
 	if (err)
 		return err;
@@ -437,4 +450,21 @@ void kvmstats_sample__free(struct kvmstats_sample *smp)
 		return;
 	free(smp->data);
 	free(smp);
+}
+
+/* Parallel sweeps (sweep.c) read thousands of readers in a row, each a
+ * chain of cold cache lines (reader, sample, data block): warming them a
+ * few readers ahead, one link per @stage (0, 1, 2), overlaps the misses. */
+void ks_reader_prefetch(const struct kvmstats_reader *r, int stage)
+{
+	if (stage == 0) {
+		__builtin_prefetch(r);
+	} else if (stage == 1) {
+		__builtin_prefetch(r->prev);
+	} else {
+		const char *d = (const char *)r->prev->data;
+
+		for (size_t i = 0; i < r->data_size; i += 64)
+			__builtin_prefetch(d + i, 1);
+	}
 }

@@ -101,6 +101,8 @@ void kvmstats_ctx__free(struct kvmstats_ctx *ctx)
 
 	if (!ctx)
 		return;
+	kvmstats_schema__put(ctx->kernel_schema[0]);
+	kvmstats_schema__put(ctx->kernel_schema[1]);
 	for (s = ctx->schemas; s; s = next) {
 		next = s->next;
 		s->ctx = NULL;

@@ -10,6 +10,7 @@
  * allocated in the kernel.
  */
 #include <errno.h>
+#include <linux/kcmp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,11 +202,58 @@ nomem:
 	return -ENOMEM;
 }
 
+/* Is our copy @fd still the VMM's fd @remote, the same open file? kcmp
+ * says so exactly (anon inodes all share one inode number); when it
+ * cannot tell (no kcmp in this kernel), the copy is kept. */
+static bool still_held(const struct kvmstats_vmm *v, int fd, int remote)
+{
+	long r = syscall(SYS_kcmp, getpid(), v->pid, KCMP_FILE, fd, remote);
+
+	return r == 0 || (r < 0 && errno != EBADF);
+}
+
+/* Drop our copies of stats fds the VMM closed: a VM it destroyed must not
+ * be kept alive by us, and a new stats fd under a reused number must be
+ * taken. A VM left without readers goes. */
+static void drop_closed(struct kvmstats_vmm *v)
+{
+	size_t keep = 0;
+
+	for (size_t i = 0; i < v->nvms; i++) {
+		struct kvmstats_vm *vm = v->vms[i];
+		size_t k = 0;
+
+		for (size_t j = 0; j < vm->nvcpus; j++) {
+			struct ks_vcpu_slot *c = &vm->vcpus[j];
+
+			if (c->remote_fd < 0 ||
+			    still_held(v, kvmstats_reader__fd(c->r), c->remote_fd))
+				vm->vcpus[k++] = *c;
+			else
+				kvmstats_reader__close(c->r);
+		}
+		vm->nvcpus = k;
+		if (vm->r && vm->remote_fd >= 0 &&
+		    !still_held(v, kvmstats_reader__fd(vm->r), vm->remote_fd)) {
+			kvmstats_reader__close(vm->r);
+			vm->r = NULL;
+			vm->remote_fd = -1;
+		}
+		if (vm->r || vm->nvcpus)
+			v->vms[keep++] = vm;
+		else
+			ks_vm_free(vm);
+	}
+	v->nvms = keep;
+}
+
 int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v)
 {
 	struct kvmstats_proc_fd *fds = NULL;
-	int n = kvmstats_proc__kvm_fds(v->pid, &fds);
+	int n;
 
+	drop_closed(v);
+	n = kvmstats_proc__kvm_fds(v->pid, &fds);
 	if (n < 0)
 		return n;
 	n = take_fds(ctx, v, fds, n);
