@@ -493,6 +493,14 @@ KVMSTATS_API const char *kvmstats_vmm__source(const struct kvmstats_vmm *v);
 KVMSTATS_API uint64_t kvmstats_vmm__uid(const struct kvmstats_vmm *v);
 /* Guest memory in bytes when a source knows it, else 0. */
 KVMSTATS_API uint64_t kvmstats_vmm__memory_bytes(const struct kvmstats_vmm *v);
+/* A VMM opened by the attach source (it then reports source "fd"): how
+ * long its threads were held stopped, over the open and every refresh
+ * that attached new vCPUs. *max_ns gets the longest single hold and
+ * *total_ns their sum (either may be NULL). Returns the number of holds,
+ * or -ENOENT (errno too) when @v was not opened by the attach source. */
+KVMSTATS_API int kvmstats_vmm__attach_hold_ns(const struct kvmstats_vmm *v,
+					      uint64_t *max_ns,
+					      uint64_t *total_ns);
 
 KVMSTATS_API struct kvmstats_reader *
 kvmstats_vm__reader(const struct kvmstats_vm *vm);
@@ -542,6 +550,21 @@ KVMSTATS_API int kvmstats_host__refresh(struct kvmstats_host *h);
  * readings are kept; see kvmstats_reader__error()). */
 KVMSTATS_API int kvmstats_host__sweep(struct kvmstats_host *h);
 KVMSTATS_API uint64_t kvmstats_host__time_ns(const struct kvmstats_host *h);
+/* The same sweep spread over @threads threads (0: one per online CPU),
+ * for hosts with thousands of readers. The threads are started at the
+ * first call, kept with the host for the next sweeps (a call with another
+ * count replaces them) and stopped by kvmstats_host__free(); they block
+ * every signal. A host with few readers is swept by the calling thread
+ * alone. Returns the number of failed readers, or a negative errno. */
+KVMSTATS_API int kvmstats_host__sweep_parallel(struct kvmstats_host *h,
+					       unsigned int threads);
+/* Time the last kvmstats_host__sweep_parallel() spent reading the readers
+ * of @source ("fd", "qmp", ...), in ns summed over its threads. */
+KVMSTATS_API uint64_t kvmstats_host__sweep_ns(const struct kvmstats_host *h,
+					      const char *source);
+/* Threads the parallel sweeps use (0 before the first one). */
+KVMSTATS_API unsigned int
+kvmstats_host__sweep_threads(const struct kvmstats_host *h);
 KVMSTATS_API size_t kvmstats_host__num_vmms(const struct kvmstats_host *h);
 KVMSTATS_API struct kvmstats_vmm *
 kvmstats_host__vmm(const struct kvmstats_host *h, size_t i);

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * System calls run inside a thread of another process (x86_64), the way
+ * CRIU's compel does it: seize the thread with ptrace, interrupt it, point
+ * its registers at a `syscall` instruction the process already has, step
+ * it through that one system call, and put every register back.
+ *
+ * The thread is never sent a signal (PTRACE_INTERRUPT, not SIGSTOP), its
+ * signals are blocked while it runs our calls (they stay pending and are
+ * delivered once it is let go), and a system call it was in when it was
+ * interrupted is restarted exactly as the kernel would have restarted it.
+ * Internal to libkvmstats; never installed.
+ */
+#ifndef KVMSTATS_INJECT_H
+#define KVMSTATS_INJECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+enum ks_thread_state {
+	KS_THREAD_FREE,		/* not ours (never seized, or let go) */
+	KS_THREAD_STOPPING,	/* seized and interrupted, not stopped yet */
+	KS_THREAD_STOPPED,	/* in a ptrace stop: ours to use */
+	KS_THREAD_IN_CALL,	/* running a system call we started */
+};
+
+/* One thread we hold. Zero-initialise, then ks_thread_hold(). */
+struct ks_thread {
+	pid_t tid;
+	enum ks_thread_state state;
+	bool regs_changed;	/* registers to restore at release */
+	bool mask_changed;	/* restore the signal mask at release */
+	int resend_sig;		/* a stop signal that came while we held it */
+	uint64_t call_insn;	/* where the running call was started */
+	uint64_t mask;		/* its signal mask when interrupted */
+	uint64_t since_ns;	/* when it was interrupted */
+	struct user_regs_struct regs;	/* its registers when interrupted */
+};
+
+/* Seize @tid and wait until it stops (polling for at most @timeout_ns,
+ * then blocked as long as it takes: a seized thread cannot be let go
+ * before it stops; UINT64_MAX blocks at once, which wakes fastest). 0, or
+ * -EPERM (traced by someone else, or no permission), -ESRCH (gone),
+ * -EBUSY (its process is being stopped by a signal: let go again). */
+int ks_thread_hold(struct ks_thread *t, pid_t tid, uint64_t timeout_ns);
+
+/* Does the held thread sit in system call @nr with first arguments @a0
+ * and @a1 (interrupted by us, or just returned from it)? */
+bool ks_thread_was_in(const struct ks_thread *t, long nr, unsigned long a0,
+		      unsigned long a1);
+
+/* Address of the `syscall` instruction the thread stopped right after,
+ * checked byte by byte; -ENOENT when it did not stop after one. */
+int ks_thread_syscall_insn(const struct ks_thread *t, uint64_t *addr);
+/* Address of a `syscall` instruction in the vDSO of @pid; -ENOENT. */
+int ks_vdso_syscall_insn(pid_t pid, uint64_t *addr);
+
+/* Start system call @nr(@a0, @a1, @a2) from the instruction at @insn and
+ * let it run; ks_thread_call_wait() collects its result. Returns 0, or a
+ * negative errno when it could not be started (the thread is still held
+ * and ks_thread_release() restores it). */
+int ks_thread_call_start(struct ks_thread *t, uint64_t insn, long nr,
+			 unsigned long a0, unsigned long a1, unsigned long a2);
+/* Wait up to @timeout_ns (UINT64_MAX: block) for the call to return,
+ * polling: 0 with its result in
+ * *ret (a value or -errno of the call itself), -ETIMEDOUT (still in the
+ * call: wait again, or release, which waits for it), or another -errno. */
+int ks_thread_call_wait(struct ks_thread *t, uint64_t timeout_ns, long *ret);
+/* Both, for calls that do not block. */
+int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
+		   unsigned long a0, unsigned long a1, unsigned long a2,
+		   long *ret);
+
+/* Put the registers and signal mask back (restarting the system call it
+ * was interrupted in, as the kernel does) and let the thread go. Waits
+ * for a call still running or a stop still coming, however long that
+ * takes. Returns how long the thread was held, in ns (0 if never). */
+uint64_t ks_thread_release(struct ks_thread *t);
+
+#endif
