@@ -144,6 +144,16 @@ install: all
 	    -e 's|@REQUIRES@|$(LIB_PKGS)|' lib/libkvmstats.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvmstats.pc
 	install -m 644 docs/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	sed 's|@BINDIR@|$(PREFIX)/bin|' dist/kvmstats-record.service \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/system/kvmstats-record.service
+	sed 's|@BINDIR@|$(PREFIX)/bin|' dist/kvmstats-serve.service \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/system/kvmstats-serve.service
+	install -D -m 644 dist/web-config.example.yml \
+		$(DESTDIR)$(PREFIX)/share/doc/kvmstats/web-config.example.yml
+	install -m 644 dist/kvmstats.bash-completion \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/kvmstats
 
 format:
 	clang-format -i $(LIB_SRC) $(CLI_SRC) include/*.h lib/*.h cli/*.h \

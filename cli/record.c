@@ -1,11 +1,826 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-/* kvmstats record: not written yet. */
+/*
+ * kvmstats record: sample every VM (or those chosen) at an interval into a
+ * binary log (kvmstats_log.h), and/or print a vmstat-like text log of
+ * rates, as kvm_stat -l/-L does.
+ *
+ * The loop is: refresh the host every few seconds (new VMMs, hot-added
+ * vCPUs), sweep every reader once, hand the readings to the log writer
+ * (one writev per sample), print a text line, sleep until the next tick
+ * of an absolute schedule. Signals only set flags: SIGINT/SIGTERM stop
+ * after the current sample, SIGHUP reopens the files (for logrotate).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
+#include "kvmstats_log.h"
+
+static const char record_usage[] =
+	"--output FILE [--interval S] [--count N] [--duration S]\n"
+	"       [--rotate-size SIZE [--rotate-keep N]] [--sync] [--refresh S]\n"
+	"       [--log [--csv|--json] [--log-file FILE] [--fields REGEX]\n"
+	"        [--skip-zero] [--include-past]]\n       "
+	CLI_TARGET_USAGE;
+
+enum {
+	OPT_ROTATE_SIZE = OPT_CMD_BASE,
+	OPT_ROTATE_KEEP,
+	OPT_SYNC,
+	OPT_REFRESH,
+	OPT_KEYFRAME,
+};
+
+#define HEADER_EVERY 20		/* text lines between two header lines */
+
+static volatile sig_atomic_t stop_flag, hup_flag;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	hup_flag = 1;
+}
+
+/* One column of the text log: a stat name, summed over the targets. */
+struct column {
+	char *name;
+	unsigned int type;	/* of the first schema that has it */
+	double value;
+	bool any;		/* some target had it this line */
+};
+
+struct choice {
+	uint64_t uid;
+	bool chosen;
+};
+
+/* Which stat of a schema each column is (NULL: the schema lacks it). */
+struct colmap {
+	const struct kvmstats_schema *s;
+	const struct kvmstats_stat **st;
+};
+
+struct rec {
+	struct cli *cli;
+	struct target_args a;
+	struct kvmstats_host *host;
+	struct kvmstats_vmm **sel;	/* chosen VMMs, valid until a sweep */
+	size_t nsel;
+	struct choice *choice;		/* --name's verdict per VMM uid */
+	size_t nchoice;
+	struct kvmstats_log_writer *w;
+	bool failing;			/* the last sample was not written */
+	uint64_t dropped_seen;
+
+	const char *output;
+	double interval, duration, refresh;
+	long count;
+	struct kvmstats_log_writer_opts wo;
+
+	/* Text log. */
+	bool log, skip_zero, past;
+	const char *log_file;
+	FILE *out;
+	regex_t fields;
+	bool fields_set;
+	struct column *cols;
+	size_t ncols;
+	bool cols_ready;
+	struct colmap *maps;
+	size_t nmaps;
+	unsigned long lines;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Seconds, as a decimal number; -1 on error (reported). */
+static double parse_seconds(struct cli *cli, const char *opt, const char *arg,
+			    double min, double max)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || *end || !(v >= min && v <= max)) {
+		cli_err(cli, "%s: '%s' is not a number of seconds in %g..%g", opt,
+			arg, min, max);
+		return -1;
+	}
+	return v;
+}
+
+/* 64M, 1G, 4096, 512k: bytes, powers of 1024. 0 on error (reported). */
+static uint64_t parse_size(struct cli *cli, const char *opt, const char *arg)
+{
+	char *end;
+	double v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (*end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	v *= (double)(1ull << shift);
+	if (errno || end == arg || *end || !(v >= 4096 && v < 1e18)) {
+		cli_err(cli, "%s: '%s' is not a size of at least 4K (e.g. 64M)", opt,
+			arg);
+		return 0;
+	}
+	return (uint64_t)v;
+}
+
+/* ---- the text log ------------------------------------------------- */
+
+static bool is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
+static struct column *find_col(struct rec *r, const char *name)
+{
+	for (size_t i = 0; i < r->ncols; i++)
+		if (!strcmp(r->cols[i].name, name))
+			return &r->cols[i];
+	return NULL;
+}
+
+static int add_schema_cols(struct rec *r, const struct kvmstats_schema *s)
+{
+	const struct kvmstats_stat *st;
+
+	kvmstats_schema__for_each(st, s) {
+		const char *name = kvmstats_stat__name(st);
+		void *p;
+
+		if (is_hist(st) || find_col(r, name))
+			continue;
+		if (r->fields_set && regexec(&r->fields, name, 0, NULL, 0))
+			continue;
+		p = realloc(r->cols, (r->ncols + 1) * sizeof(*r->cols));
+		if (!p)
+			return -ENOMEM;
+		r->cols = p;
+		r->cols[r->ncols] = (struct column){ .name = strdup(name),
+						     .type = kvmstats_stat__type(st) };
+		if (!r->cols[r->ncols].name)
+			return -ENOMEM;
+		r->ncols++;
+	}
+	return 0;
+}
+
+static const struct kvmstats_stat **colmap(struct rec *r,
+					   const struct kvmstats_schema *s)
+{
+	const struct kvmstats_stat **st;
+	void *p;
+
+	for (size_t i = 0; i < r->nmaps; i++)
+		if (r->maps[i].s == s)
+			return r->maps[i].st;
+	st = calloc(r->ncols + 1, sizeof(*st));
+	p = realloc(r->maps, (r->nmaps + 1) * sizeof(*r->maps));
+	if (!st || !p) {
+		free(st);
+		return NULL;
+	}
+	r->maps = p;
+	for (size_t c = 0; c < r->ncols; c++) {
+		st[c] = kvmstats_schema__find(s, r->cols[c].name);
+		if (st[c] && is_hist(st[c]))
+			st[c] = NULL;
+	}
+	r->maps[r->nmaps++] = (struct colmap){ s, st };
+	return st;
+}
+
+/* Add one reader's contribution: rates of cumulative stats (or totals
+ * with --include-past), levels of instant ones, maxima of peaks. */
+static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
+{
+	const struct kvmstats_sample *cur = kvmstats_reader__cur(rd);
+	const struct kvmstats_sample *prev = kvmstats_reader__prev(rd);
+	const struct kvmstats_stat **st;
+
+	if (!cur || kvmstats_reader__error(rd))
+		return;
+	st = colmap(r, kvmstats_reader__schema(rd));
+	if (!st)
+		return;
+	for (size_t c = 0; c < r->ncols; c++) {
+		struct column *col = &r->cols[c];
+		double v;
+
+		if (!st[c])
+			continue;
+		v = (double)kvmstats_stat__values(st[c], cur->data)[0];
+		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_CUMULATIVE && !totals) {
+			if (!prev || cur->time_ns <= prev->time_ns)
+				continue;
+			v = kvmstats_stat__rate(st[c], prev->data, cur->data,
+						cur->time_ns - prev->time_ns);
+			if (isnan(v))
+				continue;
+		}
+		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_PEAK)
+			col->value = col->any && col->value > v ? col->value : v;
+		else
+			col->value += v;
+		col->any = true;
+	}
+}
+
+static void sum_columns(struct rec *r, bool totals)
+{
+	for (size_t c = 0; c < r->ncols; c++) {
+		r->cols[c].value = 0;
+		r->cols[c].any = false;
+	}
+	for (size_t i = 0; i < r->nsel; i++) {
+		struct kvmstats_vmm *v = r->sel[i];
+
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			int index;
+
+			if (kvmstats_vm__reader(vm))
+				add_reader(r, kvmstats_vm__reader(vm), totals);
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
+				add_reader(r, kvmstats_vm__vcpu(vm, k, &index), totals);
+		}
+	}
+}
+
+/* Columns are chosen once, when the first targets are seen: every stat of
+ * their schemas that --fields matches (histograms aside), less with
+ * --skip-zero those never counted so far (stats this KVM does not keep). */
+static int choose_columns(struct rec *r)
+{
+	size_t keep = 0;
+
+	for (size_t i = 0; i < r->nsel; i++) {
+		struct kvmstats_vmm *v = r->sel[i];
+
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			int index;
+
+			if (kvmstats_vm__reader(vm) &&
+			    add_schema_cols(r, kvmstats_reader__schema(kvmstats_vm__reader(vm))))
+				return -ENOMEM;
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
+				if (add_schema_cols(r, kvmstats_reader__schema(
+							       kvmstats_vm__vcpu(vm, k, &index))))
+					return -ENOMEM;
+		}
+	}
+	if (!r->ncols)
+		return 0;
+	if (r->skip_zero) {
+		sum_columns(r, true);
+		for (size_t c = 0; c < r->ncols; c++) {
+			if (r->cols[c].value != 0)
+				r->cols[keep++] = r->cols[c];
+			else
+				free(r->cols[c].name);
+		}
+		r->ncols = keep;
+		/* The maps index the columns as they were. */
+		for (size_t i = 0; i < r->nmaps; i++)
+			free(r->maps[i].st);
+		r->nmaps = 0;
+	}
+	r->cols_ready = true;
+	return 0;
+}
+
+static int col_width(const struct column *c)
+{
+	int n = (int)strlen(c->name);
+
+	return n > 9 ? n : 9;
+}
+
+static void print_header(struct rec *r)
+{
+	FILE *f = r->out;
+
+	if (r->cli->format == OUT_CSV) {
+		fputs("time", f);
+		for (size_t c = 0; c < r->ncols; c++)
+			fprintf(f, ",%s", r->cols[c].name);
+		fputc('\n', f);
+		return;
+	}
+	fprintf(f, "%-8s", "time");
+	for (size_t c = 0; c < r->ncols; c++)
+		fprintf(f, " %*s", col_width(&r->cols[c]), r->cols[c].name);
+	fputc('\n', f);
+}
+
+static void print_line(struct rec *r, uint64_t rt_ns)
+{
+	time_t t = (time_t)(rt_ns / 1000000000ull);
+	struct tm tm;
+	char ts[40];
+	FILE *f = r->out;
+
+	localtime_r(&t, &tm);
+	if (r->cli->format == OUT_JSON) {
+		struct json_object *o = json_object_new_object();
+		struct json_object *v = json_object_new_object();
+
+		json_object_object_add(o, "time", json_object_new_double(rt_ns / 1e9));
+		for (size_t c = 0; c < r->ncols; c++)
+			json_object_object_add(v, r->cols[c].name,
+					       r->cols[c].any ? json_object_new_double(
+									r->cols[c].value)
+							      : NULL);
+		json_object_object_add(o, r->past ? "totals" : "rates", v);
+		fprintf(f, "%s\n", json_object_to_json_string_ext(
+					   o, JSON_C_TO_STRING_PLAIN |
+						      JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+		return;
+	}
+	if (r->cli->format == OUT_CSV) {
+		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S%z", &tm);
+		fputs(ts, f);
+		for (size_t c = 0; c < r->ncols; c++) {
+			if (r->cols[c].any)
+				fprintf(f, ",%.*f", r->past ? 0 : 2, r->cols[c].value);
+			else
+				fputc(',', f);
+		}
+		fputc('\n', f);
+		return;
+	}
+	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+	fprintf(f, "%-8s", ts);
+	for (size_t c = 0; c < r->ncols; c++) {
+		if (r->cols[c].any)
+			fprintf(f, " %*.0f", col_width(&r->cols[c]), r->cols[c].value);
+		else
+			fprintf(f, " %*s", col_width(&r->cols[c]), "-");
+	}
+	fputc('\n', f);
+}
+
+static void log_line(struct rec *r, uint64_t rt_ns, unsigned long sample)
+{
+	bool nonzero = false;
+
+	if (!r->cols_ready && (choose_columns(r) || !r->cols_ready))
+		return;
+	/* Rates need two readings; totals are there from the first. */
+	if (!r->past && sample == 0)
+		return;
+	sum_columns(r, r->past);
+	for (size_t c = 0; c < r->ncols; c++)
+		nonzero |= r->cols[c].any && r->cols[c].value != 0;
+	if (r->skip_zero && !nonzero)
+		return;
+	if (r->cli->format == OUT_TABLE ? r->lines % HEADER_EVERY == 0
+					: r->cli->format == OUT_CSV && r->lines == 0)
+		print_header(r);
+	print_line(r, rt_ns);
+	r->lines++;
+	fflush(r->out);
+}
+
+static int open_log_file(struct rec *r)
+{
+	FILE *f;
+
+	if (!r->log_file) {
+		r->out = stdout;
+		return 0;
+	}
+	f = fopen(r->log_file, "ae");
+	if (!f) {
+		cli_err(r->cli, "%s: %s", r->log_file, strerror(errno));
+		return -1;
+	}
+	if (r->out && r->out != stdout)
+		fclose(r->out);
+	r->out = f;
+	return 0;
+}
+
+/* ---- the loop ------------------------------------------------------- */
+
+/* --name's verdict on a VMM at the last choice, or -1 for a new VMM.
+ * The host keeps its VMMs in order, so each search starts where the
+ * last one ended (*k) and is one step long but for new VMMs. */
+static int last_verdict(const struct rec *r, uint64_t uid, size_t *k)
+{
+	for (size_t n = 0; n < r->nchoice; n++, *k = (*k + 1) % r->nchoice)
+		if (r->choice[*k].uid == uid)
+			return r->choice[*k].chosen;
+	return -1;
+}
+
+/* The chosen VMMs, again after every refresh and sweep: a sweep drops
+ * the VMMs that exited, and their objects with them. --name is matched
+ * once per VMM. */
+static int choose(struct rec *r)
+{
+	size_t n = kvmstats_host__num_vmms(r->host), k = 0;
+	struct choice *c;
+	void *p;
+
+	p = realloc(r->sel, (n + 1) * sizeof(*r->sel));
+	if (p)
+		r->sel = p;
+	c = malloc((n + 1) * sizeof(*c));
+	if (!p || !c) {
+		free(c);
+		return -ENOMEM;
+	}
+	r->nsel = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(r->host, i);
+		uint64_t uid = kvmstats_vmm__uid(v);
+		int chosen = last_verdict(r, uid, &k);
+
+		if (chosen < 0)
+			chosen = target_selected(&r->a, v);
+		c[i] = (struct choice){ uid, chosen };
+		if (chosen)
+			r->sel[r->nsel++] = v;
+	}
+	free(r->choice);
+	r->choice = c;
+	r->nchoice = n;
+	return 0;
+}
+
+static int refresh(struct rec *r, bool first)
+{
+	int ret = kvmstats_host__refresh(r->host);
+
+	if (ret < 0) {
+		cli_err(r->cli, "scanning the host: %s", strerror(-ret));
+		return ret;
+	}
+	if (first && target_report_errors(r->cli, r->host) && !kvmstats_host__num_vmms(r->host))
+		return -ESRCH;
+	return choose(r);
+}
+
+static void write_sample(struct rec *r)
+{
+	int err = kvmstats_log_writer__begin(r->w, kvmstats_host__time_ns(r->host), 0);
+
+	if (err) {
+		cli_err(r->cli, "%s: %s", r->output, strerror(-err));
+		return;
+	}
+	/* A target that cannot be added (out of memory) is left out of
+	 * this sample; the others are written all the same. */
+	for (size_t i = 0; i < r->nsel; i++) {
+		err = kvmstats_log_writer__add_vmm(r->w, r->sel[i]);
+		if (err)
+			cli_warn(r->cli, "%s: pid %d: %s", r->output,
+				 (int)kvmstats_vmm__pid(r->sel[i]), strerror(-err));
+	}
+	err = kvmstats_log_writer__commit(r->w);
+	if (err == -EAGAIN)
+		return;		/* still failing, not tried again yet */
+	if (err) {
+		/* The library said why, once per kind of failure. */
+		if (!r->failing)
+			r->dropped_seen = kvmstats_log_writer__dropped(r->w) - 1;
+		r->failing = true;
+		return;
+	}
+	if (r->failing)
+		cli_warn(r->cli, "%s: writing again after %llu dropped samples",
+			 r->output,
+			 (unsigned long long)(kvmstats_log_writer__dropped(r->w) -
+					      r->dropped_seen));
+	r->failing = false;
+}
+
+static void on_sighup(struct rec *r)
+{
+	hup_flag = 0;
+	if (r->w && kvmstats_log_writer__reopen(r->w) && !r->failing) {
+		r->dropped_seen = kvmstats_log_writer__dropped(r->w);
+		r->failing = true;
+	}
+	if (r->log_file)
+		open_log_file(r);
+}
+
+/* Sleep until @deadline (CLOCK_MONOTONIC ns), reopening the files on
+ * SIGHUP on the way; false when asked to stop. */
+static bool sleep_until(struct rec *r, uint64_t deadline)
+{
+	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
+			       .tv_nsec = (long)(deadline % 1000000000ull) };
+
+	while (!stop_flag) {
+		if (hup_flag)
+			on_sighup(r);
+		if (!clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL))
+			return true;
+	}
+	return false;
+}
+
+static int run(struct rec *r)
+{
+	uint64_t ival = (uint64_t)(r->interval * 1e9), rfr = (uint64_t)(r->refresh * 1e9);
+	uint64_t start = now_ns(CLOCK_MONOTONIC), next = start;
+	uint64_t end = r->duration > 0 ? start + (uint64_t)(r->duration * 1e9) : 0;
+	uint64_t next_refresh = start + rfr;
+	bool had_vmms = kvmstats_host__num_vmms(r->host) > 0;
+
+	for (unsigned long n = 0; !stop_flag; n++) {
+		uint64_t now;
+
+		if (hup_flag)
+			on_sighup(r);
+		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
+			if (refresh(r, false))
+				return EXIT_FAIL;
+			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
+		}
+		kvmstats_host__sweep(r->host);
+		if (choose(r))
+			return EXIT_FAIL;
+		if (r->a.npids && had_vmms && !kvmstats_host__num_vmms(r->host)) {
+			cli_warn(r->cli, "every VMM asked for has exited: stopping");
+			break;
+		}
+		if (r->w)
+			write_sample(r);
+		if (r->log)
+			log_line(r, now_ns(CLOCK_REALTIME), n);
+		if (r->count && (long)n + 1 >= r->count)
+			break;
+		next += ival;
+		now = now_ns(CLOCK_MONOTONIC);
+		if (next < now)	/* fell behind: skip the ticks missed */
+			next = now + (ival ? ival - (now - next) % ival : 0);
+		if (end && next >= end)
+			break;
+		if (ival && !sleep_until(r, next))
+			break;
+	}
+	return EXIT_OK;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_stop };
+
+	/* No SA_RESTART: a signal ends the sleep at once. */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = on_hup;
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static int open_writer(struct rec *r)
+{
+	char why[512] = "";
+
+	r->wo.sz = sizeof(r->wo);
+	r->wo.errbuf = why;
+	r->wo.errbuf_sz = sizeof(why);
+	r->w = kvmstats_log_writer__open(r->cli->ctx, r->output, &r->wo);
+	r->wo.errbuf = NULL;
+	if (!r->w) {
+		cli_err(r->cli, "%s", why[0] ? why : strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int finish(struct rec *r)
+{
+	uint64_t dropped = 0, samples = 0;
+	int ret = EXIT_OK;
+
+	if (r->w) {
+		samples = kvmstats_log_writer__samples(r->w);
+		dropped = kvmstats_log_writer__dropped(r->w);
+		if (kvmstats_log_writer__close(r->w)) {
+			cli_err(r->cli, "%s: %s", r->output, strerror(errno));
+			ret = EXIT_FAIL;
+		}
+		r->w = NULL;
+		if (dropped) {
+			cli_err(r->cli, "%s: %llu of %llu samples could not be written",
+				r->output, (unsigned long long)dropped,
+				(unsigned long long)(samples + dropped));
+			ret = EXIT_FAIL;
+		}
+	}
+	if (r->output && !r->log && r->cli->format == OUT_JSON) {
+		struct json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "output", json_object_new_string(r->output));
+		json_object_object_add(o, "samples", json_object_new_uint64(samples));
+		json_object_object_add(o, "dropped", json_object_new_uint64(dropped));
+		cli_print_json(r->cli, o);
+		json_object_put(o);
+	}
+	return ret;
+}
+
+static void rec_free(struct rec *r)
+{
+	for (size_t c = 0; c < r->ncols; c++)
+		free(r->cols[c].name);
+	for (size_t i = 0; i < r->nmaps; i++)
+		free(r->maps[i].st);
+	free(r->cols);
+	free(r->maps);
+	free(r->sel);
+	free(r->choice);
+	if (r->fields_set)
+		regfree(&r->fields);
+	if (r->out && r->out != stdout)
+		fclose(r->out);
+	kvmstats_log_writer__close(r->w);
+	kvmstats_host__free(r->host);
+	target_args_free(&r->a);
+}
+
+/* 1: consumed, 0: not ours, -1: bad value (reported). */
+static int record_opt(struct rec *r, int c, const char *arg)
+{
+	switch (c) {
+	case 'o':
+		r->output = arg;
+		return 1;
+	case 's':
+		r->interval = parse_seconds(r->cli, "--interval", arg, 0, 86400);
+		if (r->interval > 0 && r->interval < 0.01) {
+			cli_err(r->cli, "--interval: at least 0.01 s (or 0: back to back)");
+			return -1;
+		}
+		return r->interval < 0 ? -1 : 1;
+	case 'n':
+		r->count = cli_parse_long(r->cli, "--count", arg, 1, LONG_MAX);
+		return r->count < 0 ? -1 : 1;
+	case 'd':
+		r->duration = parse_seconds(r->cli, "--duration", arg, 0.001, 1e9);
+		return r->duration < 0 ? -1 : 1;
+	case OPT_ROTATE_SIZE:
+		r->wo.rotate_size = parse_size(r->cli, "--rotate-size", arg);
+		return r->wo.rotate_size ? 1 : -1;
+	case OPT_ROTATE_KEEP: {
+		long v = cli_parse_long(r->cli, "--rotate-keep", arg, 1, 1000);
+
+		r->wo.rotate_keep = (unsigned int)v;
+		return v < 0 ? -1 : 1;
+	}
+	case OPT_KEYFRAME: {
+		long v = cli_parse_long(r->cli, "--keyframe", arg, 1, 1000000);
+
+		r->wo.keyframe_interval = (unsigned int)v;
+		return v < 0 ? -1 : 1;
+	}
+	case OPT_SYNC:
+		r->wo.flags |= KVMSTATS_LOG_SYNC;
+		return 1;
+	case OPT_REFRESH:
+		r->refresh = parse_seconds(r->cli, "--refresh", arg, 0.1, 86400);
+		return r->refresh < 0 ? -1 : 1;
+	case 'l':
+		r->log = true;
+		return 1;
+	case 'L':
+		r->log = true;
+		r->log_file = arg;
+		return 1;
+	case 'z':
+		r->skip_zero = true;
+		return 1;
+	case 'i':
+		r->past = true;
+		return 1;
+	case 'f':
+		if (r->fields_set)
+			regfree(&r->fields);
+		r->fields_set = !regcomp(&r->fields, arg, REG_EXTENDED | REG_NOSUB);
+		if (!r->fields_set) {
+			cli_err(r->cli, "--fields: '%s' is not a valid regular expression",
+				arg);
+			return -1;
+		}
+		return 1;
+	}
+	return 0;
+}
 
 int cmd_record(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	cli_err(cli, "record: not implemented yet");
-	return EXIT_FAIL;
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		CLI_TARGET_LONGOPTS,
+		{ "output", required_argument, NULL, 'o' },
+		{ "interval", required_argument, NULL, 's' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "rotate-size", required_argument, NULL, OPT_ROTATE_SIZE },
+		{ "rotate-keep", required_argument, NULL, OPT_ROTATE_KEEP },
+		{ "keyframe", required_argument, NULL, OPT_KEYFRAME },
+		{ "sync", no_argument, NULL, OPT_SYNC },
+		{ "refresh", required_argument, NULL, OPT_REFRESH },
+		{ "log", no_argument, NULL, 'l' },
+		{ "log-file", required_argument, NULL, 'L' },
+		{ "skip-zero", no_argument, NULL, 'z' },
+		{ "include-past", no_argument, NULL, 'i' },
+		{ "fields", required_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct rec r = { .cli = cli, .interval = 1, .refresh = 2 };
+	int c, ret = EXIT_USAGE;
+
+	if (target_args_init(&r.a, argc))
+		return EXIT_FAIL;
+	while ((c = getopt_long(argc, argv, "jo:s:n:d:lL:zif:h" CLI_TARGET_SHORTOPTS,
+				opts, NULL)) != -1) {
+		int used = cli_target_opt(cli, &r.a, c, optarg);
+
+		if (!used)
+			used = record_opt(&r, c, optarg);
+		if (used < 0)
+			goto out;
+		if (used || cli_format_opt(cli, c))
+			continue;
+		if (c == 'h') {
+			printf("usage: %s record %s\n", cli->prog, record_usage);
+			ret = EXIT_OK;
+			goto out;
+		}
+		ret = cli_usage(cli, "record", record_usage);
+		goto out;
+	}
+	if (optind < argc) {
+		cli_err(cli, "record: unexpected argument '%s'", argv[optind]);
+		ret = cli_usage(cli, "record", record_usage);
+		goto out;
+	}
+	if (!r.output && !r.log) {
+		cli_err(cli, "record: --output FILE or --log is needed");
+		ret = cli_usage(cli, "record", record_usage);
+		goto out;
+	}
+	if (r.a.nfiles) {
+		cli_err(cli, "record: --file is for dump and check; record reads live VMs");
+		goto out;
+	}
+	ret = EXIT_FAIL;
+	r.host = target_host_new(cli, &r.a);
+	if (!r.host || refresh(&r, true))
+		goto out;
+	if ((r.log && open_log_file(&r)) || (r.output && open_writer(&r)))
+		goto out;
+	if (!r.nsel)
+		cli_warn(cli, "no VM to record yet; VMs that start will be picked up");
+	install_signals();
+	ret = run(&r);
+	if (finish(&r) != EXIT_OK)
+		ret = EXIT_FAIL;
+out:
+	rec_free(&r);
+	return ret;
 }

@@ -1,11 +1,718 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-/* kvmstats replay: not written yet. */
+/*
+ * kvmstats replay: print a log written by `kvmstats record`.
+ *
+ *  - table (default): one line per sample, a column per stat summed over
+ *    the VMs and vCPUs, as record --log prints it live;
+ *  - --json: one object per sample, the shape of `dump --json` plus
+ *    "time" (CLOCK_REALTIME seconds) and, with --rates, "interval" and a
+ *    "rates" object next to each "stats";
+ *  - --csv: one row per value, as `dump --csv` with time first.
+ *
+ * Damage in the log (a torn last record after kill -9, a record that
+ * fails its CRC) is reported on stderr by the library and skipped; what
+ * could be read is printed and the exit status is 0.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cli.h"
+#include "kvmstats_log.h"
+
+static const char replay_usage[] =
+	"FILE [--json|--csv] [--pretty] [--rates] [--from T] [--to T]\n"
+	"       [--pid PID]... [--name REGEX] [--fields REGEX] [--skip-zero]\n"
+	"  T: seconds since the epoch, +S from the first sample, or a local\n"
+	"     time YYYY-MM-DD[THH:MM[:SS]]";
+
+enum {
+	OPT_FROM = OPT_CMD_BASE,
+	OPT_TO,
+	OPT_RATES,
+};
+
+#define HEADER_EVERY 20
+
+/* A time bound: absolute (epoch ns) or relative to the first sample. */
+struct bound {
+	bool set, relative;
+	double sec;
+};
+
+/* The previous data of a target, for rates. */
+struct prev {
+	const struct kvmstats_log_target *t;
+	uint64_t *data;
+	uint64_t time_ns;
+	bool valid;
+};
+
+struct column {
+	char *name;
+	double value;
+	bool any, ever;		/* in this line; in any line */
+};
+
+struct replay {
+	struct cli *cli;
+	struct kvmstats_log_reader *log;
+	const char *path;
+	bool rates, skip_zero;
+	struct bound from, to;
+	uint64_t first_rt;
+	bool have_first;
+	pid_t *pids;
+	size_t npids;
+	regex_t name_re, fields;
+	bool name_set, fields_set;
+
+	struct prev *prevs;	/* open addressing on the target pointer */
+	size_t nprev, cprev;
+	uint64_t rt_ns, dt_ns;	/* current sample; its interval (rates) */
+
+	struct column *cols;
+	size_t ncols;
+	bool counting;		/* first pass of --skip-zero */
+	unsigned long lines;
+};
+
+/* ---- options -------------------------------------------------------- */
+
+static int parse_bound(struct cli *cli, const char *opt, const char *arg,
+		       struct bound *b)
+{
+	struct tm tm = { 0 };
+	const char *end;
+	char *e;
+
+	b->set = true;
+	b->relative = arg[0] == '+';
+	errno = 0;
+	b->sec = strtod(arg + b->relative, &e);
+	if (!errno && e != arg + b->relative && !*e && b->sec >= 0)
+		return 0;
+	if (b->relative)
+		goto bad;
+	tm.tm_isdst = -1;
+	end = strptime(arg, "%Y-%m-%d", &tm);
+	if (end && (*end == 'T' || *end == ' ')) {
+		const char *t = end + 1;
+
+		end = strptime(t, "%H:%M:%S", &tm);
+		if (!end)
+			end = strptime(t, "%H:%M", &tm);
+	}
+	if (!end || *end)
+		goto bad;
+	b->sec = (double)mktime(&tm);
+	return 0;
+bad:
+	cli_err(cli, "%s: what is '%s'? (seconds since the epoch, +SECONDS, or "
+		"YYYY-MM-DDTHH:MM:SS)", opt, arg);
+	return -1;
+}
+
+static bool in_bounds(struct replay *r, uint64_t rt_ns)
+{
+	double t = rt_ns / 1e9, first;
+
+	if (!r->have_first) {
+		r->first_rt = rt_ns;
+		r->have_first = true;
+	}
+	first = r->first_rt / 1e9;
+	if (r->from.set && t < (r->from.relative ? first + r->from.sec : r->from.sec))
+		return false;
+	if (r->to.set && t > (r->to.relative ? first + r->to.sec : r->to.sec))
+		return false;
+	return true;
+}
+
+static bool target_chosen(const struct replay *r, const struct kvmstats_log_target *t)
+{
+	bool pid_ok = !r->npids;
+
+	for (size_t i = 0; i < r->npids; i++)
+		pid_ok |= r->pids[i] == t->pid;
+	return pid_ok && (!r->name_set || !regexec(&r->name_re, t->name, 0, NULL, 0));
+}
+
+/* ---- rates ---------------------------------------------------------- */
+
+static size_t prev_slot(const struct replay *r, const struct kvmstats_log_target *t)
+{
+	size_t i = ((uintptr_t)t >> 4) * 0x9e3779b97f4a7c15ull & (r->cprev - 1);
+
+	while (r->prevs[i].t && r->prevs[i].t != t)
+		i = (i + 1) & (r->cprev - 1);
+	return i;
+}
+
+static int prev_grow(struct replay *r)
+{
+	struct prev *old = r->prevs;
+	size_t oldn = r->cprev;
+
+	r->cprev = oldn ? oldn * 2 : 256;
+	r->prevs = calloc(r->cprev, sizeof(*r->prevs));
+	if (!r->prevs) {
+		r->prevs = old;
+		r->cprev = oldn;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < oldn; i++)
+		if (old[i].t)
+			r->prevs[prev_slot(r, old[i].t)] = old[i];
+	free(old);
+	return 0;
+}
+
+static struct prev *prev_of(struct replay *r, const struct kvmstats_log_target *t)
+{
+	struct prev *p;
+	size_t i;
+
+	if ((r->nprev + 1) * 2 > r->cprev && prev_grow(r))
+		return NULL;
+	i = prev_slot(r, t);
+	p = &r->prevs[i];
+	if (!p->t) {
+		p->data = malloc(kvmstats_schema__data_size(t->schema) + 8);
+		if (!p->data)
+			return NULL;
+		p->t = t;
+		r->nprev++;
+	}
+	return p;
+}
+
+/* The entry's previous data when it is good for a rate, else NULL. */
+static const struct prev *rate_base(struct replay *r, const struct kvmstats_log_entry *e)
+{
+	struct prev *p = prev_of(r, e->target);
+
+	if (!p || !p->valid || !e->data || p->time_ns >= kvmstats_log_reader__time_ns(r->log))
+		return NULL;
+	return p;
+}
+
+/* After printing a sample: its data become the previous ones. */
+static void remember(struct replay *r)
+{
+	uint64_t now = kvmstats_log_reader__time_ns(r->log);
+
+	for (size_t i = 0; i < kvmstats_log_reader__num_entries(r->log); i++) {
+		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
+		struct prev *p;
+
+		if (!e->data)
+			continue;
+		p = prev_of(r, e->target);
+		if (!p)
+			continue;
+		memcpy(p->data, e->data, kvmstats_schema__data_size(e->schema));
+		p->time_ns = now;
+		p->valid = true;
+	}
+}
+
+static void forget_all(struct replay *r)
+{
+	for (size_t i = 0; i < r->cprev; i++)
+		r->prevs[i].valid = false;
+}
+
+static bool is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
+static bool is_missing(const struct kvmstats_log_entry *e, const struct kvmstats_stat *st)
+{
+	uint32_t i = kvmstats_stat__index(st);
+
+	return e->missing && (e->missing[i / 64] >> (i % 64)) & 1;
+}
+
+/* ---- JSON ----------------------------------------------------------- */
+
+static struct json_object *rates_json(struct replay *r, const struct kvmstats_log_entry *e)
+{
+	const struct prev *p = rate_base(r, e);
+	struct json_object *o;
+	const struct kvmstats_stat *st;
+
+	if (!p)
+		return NULL;
+	o = json_object_new_object();
+	kvmstats_schema__for_each(st, e->schema) {
+		double v;
+
+		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
+			continue;
+		v = kvmstats_stat__rate(st, p->data, e->data,
+					kvmstats_log_reader__time_ns(r->log) - p->time_ns);
+		json_object_object_add(o, kvmstats_stat__name(st),
+				       isnan(v) || is_missing(e, st) ? NULL
+								     : json_object_new_double(v));
+	}
+	return o;
+}
+
+static void add_data(struct replay *r, struct json_object *o,
+		     const struct kvmstats_log_entry *e)
+{
+	if (e->error) {
+		json_object_object_add(o, "stats", json_object_new_object());
+		json_object_object_add(o, "error",
+				       json_object_new_string(strerror(-e->error)));
+		return;
+	}
+	json_object_object_add(o, "stats", stats_json(e->schema, e->data, e->missing));
+	if (r->rates) {
+		struct json_object *rt = rates_json(r, e);
+
+		if (rt)
+			json_object_object_add(o, "rates", rt);
+	}
+}
+
+static struct json_object *vm_new(const struct kvmstats_log_target *t)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "pid", json_object_new_int(t->pid));
+	json_object_object_add(o, "name", json_object_new_string(t->name));
+	json_object_object_add(o, "id", NULL);
+	json_object_object_add(o, "source", json_object_new_string(t->source));
+	json_object_object_add(o, "stats", json_object_new_object());
+	json_object_object_add(o, "vcpus", json_object_new_array());
+	return o;
+}
+
+/* The VM object of @t in @vms: the writer puts a VM's entry just before
+ * its vCPUs', so the last one is nearly always it. */
+static struct json_object *vm_of(struct json_object *vms,
+				 const struct kvmstats_log_target **keys, size_t n,
+				 const struct kvmstats_log_target *t)
+{
+	for (size_t i = n; i-- > 0;)
+		if (keys[i]->uid == t->uid && keys[i]->pid == t->pid &&
+		    keys[i]->vm == t->vm)
+			return json_object_array_get_idx(vms, i);
+	return NULL;
+}
+
+static int print_json_sample(struct replay *r)
+{
+	size_t n = kvmstats_log_reader__num_entries(r->log), nvm = 0;
+	const struct kvmstats_log_target **keys = calloc(n + 1, sizeof(*keys));
+	struct json_object *root, *vms;
+
+	if (!keys)
+		return -ENOMEM;
+	root = json_object_new_object();
+	vms = json_object_new_array();
+	json_object_object_add(root, "time", json_object_new_double(r->rt_ns / 1e9));
+	for (size_t i = 0; i < n; i++) {
+		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
+		const struct kvmstats_log_target *t = e->target;
+		struct json_object *vm, *c;
+
+		if (!target_chosen(r, t))
+			continue;
+		vm = vm_of(vms, keys, nvm, t);
+		if (!vm) {
+			vm = vm_new(t);
+			json_object_array_add(vms, vm);
+			keys[nvm++] = t;
+		}
+		if (t->vcpu < 0) {
+			json_object_object_add(vm, "id", json_object_new_string(t->id));
+			add_data(r, vm, e);
+			continue;
+		}
+		c = json_object_new_object();
+		json_object_object_add(c, "index", json_object_new_int(t->vcpu));
+		json_object_object_add(c, "id", json_object_new_string(t->id));
+		add_data(r, c, e);
+		json_object_array_add(json_object_object_get(vm, "vcpus"), c);
+	}
+	if (r->rates && r->dt_ns)
+		json_object_object_add(root, "interval", json_object_new_double(r->dt_ns / 1e9));
+	json_object_object_add(root, "vms", vms);
+	json_object_object_add(root, "files", json_object_new_array());
+	cli_print_json(r->cli, root);
+	json_object_put(root);
+	free(keys);
+	return 0;
+}
+
+/* ---- CSV: one row per value ---------------------------------------- */
+
+static void csv_entry(struct replay *r, const struct kvmstats_log_entry *e,
+		      const char *ts)
+{
+	const struct prev *p = r->rates ? rate_base(r, e) : NULL;
+	const struct kvmstats_log_target *t = e->target;
+	const struct kvmstats_stat *st;
+	char name[128];
+
+	if (e->error)
+		return;
+	/* Names come from /proc comm or -name; commas would break rows. */
+	snprintf(name, sizeof(name), "%s", t->name);
+	for (char *c = name; *c; c++)
+		if (*c == ',' || *c == '"' || *c == '\n')
+			*c = '_';
+	kvmstats_schema__for_each(st, e->schema) {
+		const uint64_t *v = kvmstats_stat__values(st, e->data);
+		bool miss = is_missing(e, st);
+		double rate = NAN;
+
+		if (p && kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE)
+			rate = kvmstats_stat__rate(st, p->data, e->data,
+						   kvmstats_log_reader__time_ns(r->log) -
+							   p->time_ns);
+		for (uint32_t k = 0; k < kvmstats_stat__size(st); k++) {
+			printf("%s,%d,%s,%s,", ts, (int)t->pid, name, t->id);
+			if (t->vcpu >= 0)
+				printf("%d", t->vcpu);
+			printf(",%s,%u,", kvmstats_stat__name(st), k);
+			if (!miss)
+				printf("%llu", (unsigned long long)v[k]);
+			if (r->rates) {
+				putchar(',');
+				if (!miss && !isnan(rate))
+					printf("%.3f", rate);
+			}
+			putchar('\n');
+		}
+	}
+}
+
+static void print_csv_sample(struct replay *r)
+{
+	char ts[32];
+
+	if (!r->lines++)
+		printf("time,pid,name,id,vcpu,stat,index,value%s\n",
+		       r->rates ? ",rate" : "");
+	snprintf(ts, sizeof(ts), "%.6f", r->rt_ns / 1e9);
+	for (size_t i = 0; i < kvmstats_log_reader__num_entries(r->log); i++) {
+		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
+
+		if (target_chosen(r, e->target))
+			csv_entry(r, e, ts);
+	}
+}
+
+/* ---- table: one line per sample ------------------------------------- */
+
+static struct column *column(struct replay *r, const char *name)
+{
+	void *p;
+
+	for (size_t i = 0; i < r->ncols; i++)
+		if (!strcmp(r->cols[i].name, name))
+			return &r->cols[i];
+	if (r->fields_set && regexec(&r->fields, name, 0, NULL, 0))
+		return NULL;
+	/* After the --skip-zero pass the columns are fixed. */
+	if (r->skip_zero && !r->counting)
+		return NULL;
+	p = realloc(r->cols, (r->ncols + 1) * sizeof(*r->cols));
+	if (!p)
+		return NULL;
+	r->cols = p;
+	r->cols[r->ncols] = (struct column){ .name = strdup(name) };
+	if (!r->cols[r->ncols].name)
+		return NULL;
+	return &r->cols[r->ncols++];
+}
+
+static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
+{
+	const struct prev *p = r->rates ? rate_base(r, e) : NULL;
+	const struct kvmstats_stat *st;
+
+	if (e->error)
+		return;
+	kvmstats_schema__for_each(st, e->schema) {
+		unsigned int type = kvmstats_stat__type(st);
+		struct column *c;
+		double v;
+
+		if (is_hist(st) || is_missing(e, st))
+			continue;
+		c = column(r, kvmstats_stat__name(st));
+		if (!c)
+			continue;
+		v = (double)kvmstats_stat__values(st, e->data)[0];
+		if (r->rates && type == KVMSTATS_TYPE_CUMULATIVE) {
+			if (!p)
+				continue;
+			v = kvmstats_stat__rate(st, p->data, e->data,
+						kvmstats_log_reader__time_ns(r->log) -
+							p->time_ns);
+			if (isnan(v))
+				continue;
+		}
+		if (type == KVMSTATS_TYPE_PEAK)
+			c->value = c->any && c->value > v ? c->value : v;
+		else
+			c->value += v;
+		c->any = true;
+	}
+}
+
+static int col_width(const struct column *c)
+{
+	int n = (int)strlen(c->name);
+
+	return n > 9 ? n : 9;
+}
+
+static void print_table_sample(struct replay *r)
+{
+	time_t t = (time_t)(r->rt_ns / 1000000000ull);
+	bool any = false;
+	struct tm tm;
+	char ts[32];
+
+	for (size_t c = 0; c < r->ncols; c++)
+		r->cols[c].value = 0, r->cols[c].any = false;
+	for (size_t i = 0; i < kvmstats_log_reader__num_entries(r->log); i++) {
+		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
+
+		if (target_chosen(r, e->target))
+			sum_entry(r, e);
+	}
+	for (size_t c = 0; c < r->ncols; c++) {
+		r->cols[c].ever |= r->cols[c].any && r->cols[c].value != 0;
+		any |= r->cols[c].any;
+	}
+	/* With --rates the first sample has nothing to show. */
+	if (r->counting || !any || !r->ncols)
+		return;
+	if (r->lines++ % HEADER_EVERY == 0) {
+		printf("%-23s", "time");
+		for (size_t c = 0; c < r->ncols; c++)
+			printf(" %*s", col_width(&r->cols[c]), r->cols[c].name);
+		putchar('\n');
+	}
+	localtime_r(&t, &tm);
+	strftime(ts, sizeof(ts), "%Y-%m-%d %H:%M:%S", &tm);
+	printf("%s.%03u", ts, (unsigned int)(r->rt_ns / 1000000 % 1000));
+	for (size_t c = 0; c < r->ncols; c++) {
+		if (r->cols[c].any)
+			printf(" %*.*f", col_width(&r->cols[c]), r->rates ? 1 : 0,
+			       r->cols[c].value);
+		else
+			printf(" %*s", col_width(&r->cols[c]), "-");
+	}
+	putchar('\n');
+}
+
+/* ---- the loop ------------------------------------------------------- */
+
+static int play(struct replay *r)
+{
+	uint64_t last = 0;
+	int ret;
+
+	while ((ret = kvmstats_log_reader__next(r->log)) > 0) {
+		uint64_t mono = kvmstats_log_reader__time_ns(r->log);
+
+		/* A new writer or file: its clock and targets start afresh. */
+		if (kvmstats_log_reader__session_start(r->log)) {
+			forget_all(r);
+			last = 0;
+		}
+		r->rt_ns = kvmstats_log_reader__realtime_ns(r->log);
+		r->dt_ns = last && mono > last ? mono - last : 0;
+		last = mono;
+		if (!in_bounds(r, r->rt_ns)) {
+			remember(r);
+			continue;
+		}
+		if (r->counting || r->cli->format == OUT_TABLE)
+			print_table_sample(r);
+		else if (r->cli->format == OUT_CSV)
+			print_csv_sample(r);
+		else if (print_json_sample(r))
+			return -ENOMEM;
+		remember(r);
+	}
+	return ret;
+}
+
+static void prev_reset(struct replay *r)
+{
+	for (size_t i = 0; i < r->cprev; i++)
+		free(r->prevs[i].data);
+	free(r->prevs);
+	r->prevs = NULL;
+	r->cprev = r->nprev = 0;
+}
+
+/* --skip-zero: a first pass finds the columns that are ever non-zero. It
+ * reads the log through a reader of its own, in a silent context, so that
+ * damage is reported once, by the pass that prints. */
+static int count_pass(struct replay *r)
+{
+	struct kvmstats_log_reader *log = r->log;
+	struct kvmstats_ctx *quiet = kvmstats_ctx__new(NULL);
+	size_t keep = 0;
+	int ret = -ENOMEM;
+
+	if (!quiet)
+		return ret;
+	r->log = kvmstats_log_reader__open(quiet, r->path, NULL);
+	if (r->log) {
+		r->counting = true;
+		ret = play(r);
+		r->counting = false;
+		kvmstats_log_reader__close(r->log);
+	} else {
+		ret = -errno;
+	}
+	r->log = log;
+	prev_reset(r);
+	kvmstats_ctx__free(quiet);
+	r->have_first = false;
+	if (ret < 0)
+		return ret;
+	for (size_t c = 0; c < r->ncols; c++) {
+		if (r->cols[c].ever)
+			r->cols[keep++] = r->cols[c];
+		else
+			free(r->cols[c].name);
+	}
+	r->ncols = keep;
+	return 0;
+}
+
+static int replay_opt(struct replay *r, int c, const char *arg)
+{
+	long v;
+
+	switch (c) {
+	case OPT_FROM:
+		return parse_bound(r->cli, "--from", arg, &r->from) ? -1 : 1;
+	case OPT_TO:
+		return parse_bound(r->cli, "--to", arg, &r->to) ? -1 : 1;
+	case OPT_RATES:
+		r->rates = true;
+		return 1;
+	case 'z':
+		r->skip_zero = true;
+		return 1;
+	case 'p':
+		v = cli_parse_long(r->cli, "--pid", arg, 1, INT32_MAX);
+		if (v < 0)
+			return -1;
+		r->pids[r->npids++] = (pid_t)v;
+		return 1;
+	case 'g':
+	case 'f': {
+		regex_t *re = c == 'g' ? &r->name_re : &r->fields;
+		bool *set = c == 'g' ? &r->name_set : &r->fields_set;
+
+		if (*set)
+			regfree(re);
+		*set = !regcomp(re, arg, REG_EXTENDED | REG_NOSUB);
+		if (!*set) {
+			cli_err(r->cli, "%s: '%s' is not a valid regular expression",
+				c == 'g' ? "--name" : "--fields", arg);
+			return -1;
+		}
+		return 1;
+	}
+	}
+	return 0;
+}
+
+static void replay_free(struct replay *r)
+{
+	prev_reset(r);
+	for (size_t c = 0; c < r->ncols; c++)
+		free(r->cols[c].name);
+	free(r->cols);
+	free(r->pids);
+	if (r->name_set)
+		regfree(&r->name_re);
+	if (r->fields_set)
+		regfree(&r->fields);
+	kvmstats_log_reader__close(r->log);
+}
 
 int cmd_replay(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	cli_err(cli, "replay: not implemented yet");
-	return EXIT_FAIL;
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		{ "from", required_argument, NULL, OPT_FROM },
+		{ "to", required_argument, NULL, OPT_TO },
+		{ "rates", no_argument, NULL, OPT_RATES },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "name", required_argument, NULL, 'g' },
+		{ "guest", required_argument, NULL, 'g' },
+		{ "fields", required_argument, NULL, 'f' },
+		{ "skip-zero", no_argument, NULL, 'z' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct replay r = { .cli = cli };
+	char why[512] = "";
+	int c, ret = EXIT_USAGE;
+
+	r.pids = calloc((size_t)argc + 1, sizeof(*r.pids));
+	if (!r.pids)
+		return EXIT_FAIL;
+	while ((c = getopt_long(argc, argv, "jp:g:f:zh", opts, NULL)) != -1) {
+		int used = replay_opt(&r, c, optarg);
+
+		if (used < 0)
+			goto out;
+		if (used || cli_format_opt(cli, c))
+			continue;
+		if (c == 'h') {
+			printf("usage: %s replay %s\n", cli->prog, replay_usage);
+			ret = EXIT_OK;
+			goto out;
+		}
+		ret = cli_usage(cli, "replay", replay_usage);
+		goto out;
+	}
+	if (optind + 1 != argc) {
+		cli_err(cli, "replay: %s", optind < argc ? "one FILE only" : "which FILE?");
+		ret = cli_usage(cli, "replay", replay_usage);
+		goto out;
+	}
+	r.path = argv[optind];
+	ret = EXIT_FAIL;
+	r.log = kvmstats_log_reader__open(cli->ctx, r.path,
+					  &(struct kvmstats_log_reader_opts){
+						  .sz = sizeof(struct kvmstats_log_reader_opts),
+						  .errbuf = why, .errbuf_sz = sizeof(why) });
+	if (!r.log) {
+		cli_err(cli, "%s", why[0] ? why : strerror(errno));
+		goto out;
+	}
+	c = r.skip_zero && cli->format == OUT_TABLE ? count_pass(&r) : 0;
+	if (c >= 0)
+		c = play(&r);
+	if (c < 0) {
+		cli_err(cli, "%s: %s", r.path, strerror(-c));
+		goto out;
+	}
+	ret = EXIT_OK;
+out:
+	replay_free(&r);
+	return ret;
 }
