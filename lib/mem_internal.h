@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Internal declarations of the memory side (mem_*.c, migrate_model.c). */
+#ifndef KVMSTATS_MEM_INTERNAL_H
+#define KVMSTATS_MEM_INTERNAL_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "kvmstats_mem.h"
+
+#define KS_PAGE_SHIFT 12
+#define KS_PAGE KVMSTATS_PAGE_SIZE
+
+struct kvmstats_ram {
+	pid_t pid;
+	int pidfd;
+	enum kvmstats_ram_how how;
+	struct kvmstats_ram_region *r;
+	size_t n;
+	uint64_t bytes;
+	uint64_t max_bandwidth;
+	uint32_t downtime_ms;
+	char note[224];
+	char qmp_path[108];
+};
+
+/* One region's classification: a bitmap of the candidates (pages whose
+ * content only a test can tell) and, per 4096-page block, the number of
+ * candidates before it, to pick the k-th candidate quickly. */
+struct ks_pg_region {
+	uint64_t npages;
+	uint64_t *cand;
+	uint64_t ncand;
+	uint64_t *rank;		/* per block of 64 words */
+	uint64_t first;		/* candidates in the regions before this one */
+	uint64_t cached;	/* candidates the VMM does not map */
+};
+
+struct kvmstats_pages {
+	const struct kvmstats_ram *ram;
+	struct kvmstats_pagemap_counts c;
+	const char *mode;
+	double elapsed;
+	size_t n;
+	struct ks_pg_region *r;
+};
+
+#define KS_RANK_WORDS 64u
+
+static inline bool ks_bit(const uint64_t *map, uint64_t i)
+{
+	return (map[i / 64] >> (i % 64)) & 1;
+}
+
+static inline void ks_set_bit(uint64_t *map, uint64_t i)
+{
+	map[i / 64] |= 1ull << (i % 64);
+}
+
+/* The k-th candidate (0-based) over all regions. */
+int ks_pages_nth(const struct kvmstats_pages *pg, uint64_t k, size_t *region,
+		 uint64_t *page);
+/* The next run of candidates in @region at or after *page: sets *page to
+ * its first page and returns its length (0 when none is left). */
+uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
+			   uint64_t *page, uint64_t max);
+
+/* pidfd of a process, and whether it still runs. */
+int ks_pidfd_open(pid_t pid);
+bool ks_pidfd_alive(int pidfd);
+
+/* Open the file behind a shared or file-backed region (through
+ * /proc/PID/map_files), read-only. */
+int ks_region_open(const struct kvmstats_ram *ram,
+		   const struct kvmstats_ram_region *r);
+
+/* 64-bit hash of one page, for change detection. */
+uint64_t ks_hash_page(const void *page);
+
+/* Small, fast PRNG (xorshift64*), state owned by the caller. */
+static inline uint64_t ks_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+static inline uint64_t ks_seed(uint64_t seed)
+{
+	if (!seed)
+		seed = ks_now_ns() ^ ((uint64_t)getpid() << 32);
+	return seed ? seed : 1;
+}
+
+/* Uniform in [0, n) without modulo bias worth caring about (n < 2^40). */
+static inline uint64_t ks_rand_below(uint64_t *s, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)ks_rand(s) * n) >> 64);
+}
+
+static inline void ks_sleep(double s)
+{
+	struct timespec ts;
+
+	if (s <= 0)
+		return;
+	ts.tv_sec = (time_t)s;
+	ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+	nanosleep(&ts, NULL);
+}
+
+/* Seconds since a dirty sampler took its baseline. */
+double ks_dirty_age(const struct kvmstats_dirty *d);
+
+/* Sample size: @per_gib pages per GiB of guest RAM (0: 512), at least
+ * @min_pages (0: 1024), at most @population. */
+uint64_t ks_sample_size(const struct kvmstats_pages *pg, uint32_t per_gib,
+			uint32_t min_pages, uint64_t population);
+
+/* @n distinct indices below @total, sorted (so that reads go in address
+ * order and neighbours merge); all of them when n >= total. */
+int ks_pick_sorted(uint64_t *idx, uint64_t n, uint64_t total, uint64_t *seed);
+
+/* 95% Wilson score interval of a proportion k/n. */
+void ks_wilson(uint64_t k, uint64_t n, double *lo, double *hi);
+
+static inline double ks_thread_cpu(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline double ks_secs(uint64_t ns)
+{
+	return (double)ns * 1e-9;
+}
+
+/* Read @n pages at remote addresses @addr[] of @pid into @buf (n * 4 KiB)
+ * with process_vm_readv, contiguous pages merged into one iovec, up to
+ * IOV_MAX iovecs a call. ok[i] tells whether page i could be read (a
+ * page whose mapping vanished cannot). Returns the number read, or
+ * -ESRCH when the process is gone. */
+long ks_read_pages(pid_t pid, const uint64_t *addr, size_t n, void *buf,
+		   bool *ok);
+
+/* Where the content of guest pages can be read: anonymous and private
+ * memory through process_vm_readv, shared memory in place through a
+ * read-only mapping of its file (never a page that is not resident). */
+struct ks_view {
+	const struct kvmstats_pages *pg;
+	const unsigned char **map;	/* per region: our mapping, or NULL */
+	bool *blind;		/* per region: cannot be read safely */
+	size_t *maplen;
+};
+
+struct ks_pageref {
+	size_t region;
+	uint64_t page;
+};
+
+int ks_view_open(struct ks_view *v, const struct kvmstats_pages *pg);
+void ks_view_close(struct ks_view *v);
+/* Make pages @refs[0..n) readable: ptr[i] points at page i's content
+ * (copied into @buf, n * 4 KiB, or in place), or NULL when it could not
+ * be read. @addr is scratch of n entries. Returns the number readable, or
+ * -ESRCH when the VMM is gone. */
+long ks_view_fetch(const struct ks_view *v, const struct ks_pageref *refs,
+		   size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
+		   const unsigned char **ptr);
+
+#endif

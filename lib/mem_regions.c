@@ -1,0 +1,1056 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Where is the guest's RAM in the VMM's address space?
+ *
+ * KVM's memory slots (KVM_SET_USER_MEMORY_REGION) cannot be read from
+ * outside the VMM, so the answer is put together from what can:
+ *
+ *  1. The caller's ranges (--region), checked against /proc/PID/maps.
+ *  2. QEMU: its RAM blocks over QMP. `x-query-ramblock` (QEMU 6.2+; the
+ *     HMP `info ramblock` through human-monitor-command before that) gives
+ *     each block's name, page size, used and total size. QEMU maps a block
+ *     (qemu_ram_mmap) as one read-write mapping of exactly its total size,
+ *     2 MiB aligned, followed by a PROT_NONE guard page: that signature
+ *     finds it in /proc/PID/maps, whether anonymous, a memfd, hugetlbfs or
+ *     a file. Migration sends only the used part, so only that counts.
+ *     The same exchange reads max-bandwidth and downtime-limit
+ *     (query-migrate-parameters) for the cost model.
+ *     Our QMP connection is short and bounded: QEMU serves one client per
+ *     monitor socket, so when another client (libvirt) holds it we give up
+ *     at the deadline and fall back to 3.
+ *  3. A heuristic for any VMM, from /proc/PID/smaps, best tier first:
+ *     a. read-write mappings the VMM marked as guest memory with
+ *        MADV_DONTFORK, MADV_HUGEPAGE or MADV_MERGEABLE (VmFlags dc, hg,
+ *        mg): QEMU, crosvm, cloud-hypervisor do so;
+ *     b. shared memory: memfd, /dev/shm, hugetlbfs, shared anonymous;
+ *     c. private anonymous mappings of 1 MiB or more that are neither the
+ *        heap, a stack nor a glibc malloc arena (a 64 MiB-aligned heap
+ *        followed by its PROT_NONE reserve), MAP_NORESERVE ones (VmFlags
+ *        nr, which VMMs use for guest memory) first.
+ *     It can be fooled by a VMM's own large buffers: --region is the way
+ *     out, and each region says which rule picked it.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <linux/magic.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "mem_internal.h"
+
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+
+#define MIB (1ull << 20)
+
+struct ks_map {
+	uint64_t start, end, off;
+	char perms[5];
+	uint64_t inode;
+	char path[192];
+	char vmflags[96];
+	bool used;
+};
+
+struct maps {
+	struct ks_map *m;
+	size_t n;
+};
+
+/* ---- processes ---- */
+
+int ks_pidfd_open(pid_t pid)
+{
+	int fd = (int)syscall(__NR_pidfd_open, pid, 0);
+
+	return fd < 0 ? -errno : fd;
+}
+
+bool ks_pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	return pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+/* ---- /proc/PID/maps and smaps ---- */
+
+static bool is_header(const char *line, struct ks_map *m)
+{
+	unsigned int maj, min;
+	int pos = 0;
+
+	memset(m, 0, sizeof(*m));
+	if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %4s %" SCNx64 " %x:%x %" SCNu64 "%n",
+		   &m->start, &m->end, m->perms, &m->off, &maj, &min, &m->inode,
+		   &pos) < 7)
+		return false;
+	line += pos;
+	while (*line == ' ')
+		line++;
+	snprintf(m->path, sizeof(m->path), "%.*s", (int)strcspn(line, "\n"), line);
+	return true;
+}
+
+static int maps_add(struct maps *ms, const struct ks_map *m)
+{
+	void *p = realloc(ms->m, (ms->n + 1) * sizeof(*ms->m));
+
+	if (!p)
+		return -ENOMEM;
+	ms->m = p;
+	ms->m[ms->n++] = *m;
+	return 0;
+}
+
+/* smaps costs a walk of the page tables: read it only for the heuristic. */
+static int read_maps(pid_t pid, bool smaps, struct maps *ms)
+{
+	char path[64], line[512];
+	struct ks_map m;
+	FILE *f;
+	int err = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, smaps ? "smaps" : "maps");
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (!err && fgets(line, sizeof(line), f)) {
+		if (is_header(line, &m)) {
+			err = maps_add(ms, &m);
+			continue;
+		}
+		if (smaps && ms->n && !strncmp(line, "VmFlags:", 8))
+			snprintf(ms->m[ms->n - 1].vmflags,
+				 sizeof(ms->m[0].vmflags), "%.*s",
+				 (int)strcspn(line + 8, "\n"), line + 8);
+	}
+	fclose(f);
+	if (!err && !ms->n)
+		err = -ESRCH;	/* a zombie has no mappings */
+	return err;
+}
+
+static void maps_free(struct maps *ms)
+{
+	free(ms->m);
+	ms->m = NULL;
+	ms->n = 0;
+}
+
+static bool has_flag(const struct ks_map *m, const char *flag)
+{
+	const char *p = m->vmflags;
+	size_t len = strlen(flag);
+
+	while ((p = strstr(p, flag))) {
+		if ((p == m->vmflags || p[-1] == ' ') && (!p[len] || p[len] == ' '))
+			return true;
+		p += len;
+	}
+	return false;
+}
+
+static bool is_rw(const struct ks_map *m)
+{
+	return m->perms[0] == 'r' && m->perms[1] == 'w';
+}
+
+static uint64_t map_size(const struct ks_map *m)
+{
+	return m->end - m->start;
+}
+
+int ks_region_open(const struct kvmstats_ram *ram,
+		   const struct kvmstats_ram_region *r)
+{
+	char path[96];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64,
+		 (int)ram->pid, r->vma_start, r->start + r->map_len);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* What backs a mapping: statfs of the file through map_files (root), else
+ * its name. */
+static enum kvmstats_ram_kind map_kind(pid_t pid, const struct ks_map *m,
+				       uint32_t *page_size)
+{
+	char path[96];
+	struct statfs sfs;
+	int fd;
+
+	*page_size = KS_PAGE;
+	if (!m->path[0])
+		return KVMSTATS_RAM_ANON;
+	if (strstr(m->path, "anon_hugepage")) {
+		*page_size = 2u << 20;
+		return KVMSTATS_RAM_HUGETLB;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64,
+		 (int)pid, m->start, m->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && !fstatfs(fd, &sfs)) {
+		close(fd);
+		if ((unsigned long)sfs.f_type == HUGETLBFS_MAGIC) {
+			*page_size = (uint32_t)sfs.f_bsize;
+			return KVMSTATS_RAM_HUGETLB;
+		}
+		if ((unsigned long)sfs.f_type == TMPFS_MAGIC)
+			return KVMSTATS_RAM_SHMEM;
+		return KVMSTATS_RAM_FILE;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (!strncmp(m->path, "/memfd:", 7) || !strncmp(m->path, "/dev/shm/", 9) ||
+	    !strncmp(m->path, "/dev/zero", 9) || !strncmp(m->path, "/SYSV", 5))
+		return KVMSTATS_RAM_SHMEM;
+	return KVMSTATS_RAM_FILE;
+}
+
+static int add_region(struct kvmstats_ram *ram, const struct ks_map *m,
+		      uint64_t start, uint64_t len, const char *name,
+		      const char *why)
+{
+	struct kvmstats_ram_region *r;
+	void *p = realloc(ram->r, (ram->n + 1) * sizeof(*ram->r));
+
+	if (!p)
+		return -ENOMEM;
+	ram->r = p;
+	r = &ram->r[ram->n++];
+	memset(r, 0, sizeof(*r));
+	r->start = start;
+	r->len = len;
+	r->map_len = m->end - start;
+	r->vma_start = m->start;
+	r->file_offset = m->off + (start - m->start);
+	r->kind = map_kind(ram->pid, m, &r->page_size);
+	r->shared = m->perms[3] == 's';
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	snprintf(r->path, sizeof(r->path), "%s", m->path);
+	snprintf(r->why, sizeof(r->why), "%s", why);
+	ram->bytes += len;
+	return 0;
+}
+
+/* ---- 1. the caller's ranges ---- */
+
+int kvmstats_range__parse(const char *s, struct kvmstats_range *r)
+{
+	char *end;
+	uint64_t a, b;
+	bool plus;
+
+	if (!s || !r)
+		return -EINVAL;
+	errno = 0;
+	a = strtoull(s, &end, 16);
+	if (errno || end == s || (*end != '-' && *end != '+'))
+		return -EINVAL;
+	plus = *end == '+';
+	s = end + 1;
+	b = strtoull(s, &end, plus ? 0 : 16);
+	if (errno || end == s)
+		return -EINVAL;
+	if (plus) {
+		int shift = 0;
+
+		switch (toupper((unsigned char)*end)) {
+		case 'K': shift = 10; end++; break;
+		case 'M': shift = 20; end++; break;
+		case 'G': shift = 30; end++; break;
+		}
+		if (b > (UINT64_MAX >> shift))
+			return -EINVAL;
+		b = a + (b << shift);
+	}
+	if (*end || b <= a)
+		return -EINVAL;
+	r->start = a;
+	r->end = b;
+	return 0;
+}
+
+static int use_ranges(struct kvmstats_ram *ram, const struct maps *ms,
+		      const struct kvmstats_range *rg, size_t n, char *err,
+		      size_t errsz)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t at = rg[i].start & ~(uint64_t)(KS_PAGE - 1);
+		uint64_t end = (rg[i].end + KS_PAGE - 1) & ~(uint64_t)(KS_PAGE - 1);
+
+		for (size_t j = 0; j < ms->n && at < end; j++) {
+			const struct ks_map *m = &ms->m[j];
+			uint64_t stop = end < m->end ? end : m->end;
+			char why[96];
+			int e;
+
+			if (at < m->start || at >= m->end)
+				continue;
+			if (!is_rw(m))
+				break;
+			snprintf(why, sizeof(why), "--region %" PRIx64 "-%" PRIx64,
+				 rg[i].start, rg[i].end);
+			e = add_region(ram, m, at, stop - at, "region", why);
+			if (e)
+				return e;
+			at = stop;
+		}
+		if (at < end) {
+			ks_err(err, errsz, "--region: %" PRIx64 " is not in a "
+			       "read-write mapping of pid %d", at, (int)ram->pid);
+			return -EINVAL;
+		}
+	}
+	ram->how = KVMSTATS_RAM_OVERRIDE;
+	return 0;
+}
+
+/* ---- 2. QEMU over QMP ---- */
+
+struct qmp {
+	int fd;
+	uint64_t deadline;
+	json_tokener *tok;
+	char buf[8192];
+	size_t pos, len;
+};
+
+static int qmp_wait(struct qmp *q, short events)
+{
+	struct pollfd p = { .fd = q->fd, .events = events };
+	uint64_t now = ks_now_ns();
+	int r;
+
+	if (now >= q->deadline)
+		return -ETIMEDOUT;
+	r = poll(&p, 1, (int)((q->deadline - now) / 1000000) + 1);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return r ? 0 : -ETIMEDOUT;
+}
+
+static int qmp_connect(struct qmp *q, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	q->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (q->fd < 0)
+		return -errno;
+	if (!connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)))
+		return 0;
+	if (errno != EAGAIN && errno != EINPROGRESS)
+		return -errno;
+	/* Backlog full: wait for room, within the deadline. */
+	err = qmp_wait(q, POLLOUT);
+	if (err)
+		return err;
+	return connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)) && errno != EISCONN
+		       ? -errno : 0;
+}
+
+/* The next JSON message, or NULL with *err set. */
+static struct json_object *qmp_next(struct qmp *q, int *err)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (q->pos < q->len) {
+			struct json_object *o = json_tokener_parse_ex(
+				q->tok, q->buf + q->pos, (int)(q->len - q->pos));
+			enum json_tokener_error je = json_tokener_get_error(q->tok);
+
+			if (o) {
+				q->pos += json_tokener_get_parse_end(q->tok);
+				json_tokener_reset(q->tok);
+				return o;
+			}
+			if (je != json_tokener_continue) {
+				*err = -EBADMSG;
+				return NULL;
+			}
+			q->pos = q->len;
+		}
+		*err = qmp_wait(q, POLLIN);
+		if (*err)
+			return NULL;
+		n = read(q->fd, q->buf, sizeof(q->buf));
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0) {
+			*err = n ? -errno : -ECONNRESET;
+			return NULL;
+		}
+		q->pos = 0;
+		q->len = (size_t)n;
+	}
+}
+
+static int qmp_send(struct qmp *q, const char *msg)
+{
+	size_t off = 0, len = strlen(msg);
+
+	while (off < len) {
+		ssize_t n = write(q->fd, msg + off, len - off);
+
+		if (n < 0 && errno == EAGAIN) {
+			int err = qmp_wait(q, POLLOUT);
+
+			if (err)
+				return err;
+			continue;
+		}
+		if (n < 0)
+			return errno == EINTR ? 0 : -errno;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+/* Run one command; returns its "return" value (a new reference) or NULL
+ * with *err set (-EREMOTEIO for a QMP error reply). Events are skipped. */
+static struct json_object *qmp_cmd(struct qmp *q, const char *cmd, int *err)
+{
+	*err = qmp_send(q, cmd);
+	if (*err)
+		return NULL;
+	for (;;) {
+		struct json_object *o = qmp_next(q, err), *v;
+
+		if (!o)
+			return NULL;
+		if (json_object_object_get_ex(o, "return", &v)) {
+			json_object_get(v);
+			json_object_put(o);
+			return v;
+		}
+		if (json_object_object_get_ex(o, "error", NULL)) {
+			json_object_put(o);
+			*err = -EREMOTEIO;
+			return NULL;
+		}
+		json_object_put(o);
+	}
+}
+
+/* ---- finding QEMU's QMP socket from its command line ---- */
+
+struct args {
+	char buf[65536];
+	char *v[1024];
+	int n;
+};
+
+static int read_args(pid_t pid, struct args *a)
+{
+	char path[64];
+	ssize_t len;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	len = read(fd, a->buf, sizeof(a->buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return len < 0 ? -errno : -ESRCH;
+	a->buf[len] = 0;
+	a->n = 0;
+	for (char *p = a->buf; p < a->buf + len && a->n < 1024; p += strlen(p) + 1)
+		a->v[a->n++] = p;
+	return 0;
+}
+
+/* Value of key=value in a QEMU option string, copied to @out. */
+static bool opt_get(const char *opts, const char *key, char *out, size_t len)
+{
+	size_t klen = strlen(key);
+
+	for (const char *p = opts; p && *p;) {
+		const char *comma = strchr(p, ',');
+
+		if (!strncmp(p, key, klen) && p[klen] == '=') {
+			snprintf(out, len, "%.*s", (int)strcspn(p + klen + 1, ","),
+				 p + klen + 1);
+			return true;
+		}
+		p = comma ? comma + 1 : NULL;
+	}
+	return false;
+}
+
+/* Path of the unix socket behind the VMM's fd @fd (libvirt passes the
+ * monitor socket as an fd), from /proc/PID/net/unix. */
+static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len)
+{
+	char path[64], link[64], line[512];
+	unsigned long inode, ino;
+	bool found = false;
+	ssize_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%.16s", (int)pid, fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return false;
+	link[n] = 0;
+	if (sscanf(link, "socket:[%lu]", &inode) != 1)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char sock[256] = "";
+
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &ino, sock) == 2 &&
+		    ino == inode && sock[0] == '/') {
+			snprintf(out, len, "%s", sock);
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static bool chardev_path(pid_t pid, const struct args *a, const char *id,
+			 char *out, size_t len)
+{
+	char v[128];
+
+	for (int i = 0; i + 1 < a->n; i++) {
+		if (strcmp(a->v[i], "-chardev") && strcmp(a->v[i], "--chardev"))
+			continue;
+		if (!opt_get(a->v[i + 1], "id", v, sizeof(v)) || strcmp(v, id))
+			continue;
+		if (opt_get(a->v[i + 1], "path", out, len))
+			return true;
+		if (opt_get(a->v[i + 1], "fd", v, sizeof(v)))
+			return fd_socket_path(pid, v, out, len);
+	}
+	return false;
+}
+
+static bool is_qemu(const struct args *a)
+{
+	const char *base = strrchr(a->v[0], '/');
+
+	return strstr(base ? base + 1 : a->v[0], "qemu") != NULL;
+}
+
+static int find_qmp(pid_t pid, char *out, size_t len)
+{
+	struct args *a = malloc(sizeof(*a));
+	char id[128];
+	int err = -ENOENT;
+
+	if (!a)
+		return -ENOMEM;
+	if (read_args(pid, a))
+		goto out;
+	if (!is_qemu(a)) {
+		err = -ENOTSUP;
+		goto out;
+	}
+	for (int i = 0; i + 1 < a->n && err; i++) {
+		const char *o = a->v[i], *v = a->v[i + 1];
+
+		if ((!strcmp(o, "-qmp") || !strcmp(o, "--qmp") ||
+		     !strcmp(o, "-qmp-pretty")) && !strncmp(v, "unix:", 5)) {
+			snprintf(out, len, "%.*s", (int)strcspn(v + 5, ","), v + 5);
+			err = 0;
+		} else if ((!strcmp(o, "-mon") || !strcmp(o, "--mon")) &&
+			   strstr(v, "mode=control") &&
+			   opt_get(v, "chardev", id, sizeof(id)) &&
+			   chardev_path(pid, a, id, out, len)) {
+			err = 0;
+		}
+	}
+out:
+	free(a);
+	return err;
+}
+
+/* ---- RAM blocks ---- */
+
+struct qblock {
+	char name[64];
+	uint64_t psize, used, total;
+};
+
+static uint64_t unit_bytes(const char *u)
+{
+	if (!strcmp(u, "KiB"))
+		return 1ull << 10;
+	if (!strcmp(u, "MiB"))
+		return 1ull << 20;
+	if (!strcmp(u, "GiB"))
+		return 1ull << 30;
+	return 1;
+}
+
+/* One line of `info ramblock`: NAME... PSIZE UNIT OFFSET USED TOTAL,
+ * parsed from the right (a name could hold a space). */
+static bool parse_block_line(char *line, struct qblock *b)
+{
+	char *t[32], *save = NULL;
+	int k = 0;
+	size_t used = 0;
+
+	for (char *s = strtok_r(line, " \t\r", &save); s && k < 32;
+	     s = strtok_r(NULL, " \t\r", &save))
+		t[k++] = s;
+	if (k < 6 || strncmp(t[k - 1], "0x", 2))
+		return false;
+	b->total = strtoull(t[k - 1], NULL, 16);
+	b->used = strtoull(t[k - 2], NULL, 16);
+	b->psize = strtoull(t[k - 5], NULL, 10) * unit_bytes(t[k - 4]);
+	b->name[0] = 0;
+	for (int i = 0; i < k - 5 && used + 1 < sizeof(b->name); i++)
+		used += (size_t)snprintf(b->name + used, sizeof(b->name) - used, "%s%s",
+					 i ? " " : "", t[i]);
+	return b->total && b->used <= b->total;
+}
+
+static int parse_blocks(const char *text, struct qblock **out, size_t *n)
+{
+	char *copy = strdup(text), *save = NULL;
+	struct qblock b, *v = NULL;
+	int err = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	*n = 0;
+	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		void *p;
+
+		if (strstr(l, "Block Name") || !parse_block_line(l, &b))
+			continue;
+		p = realloc(v, (*n + 1) * sizeof(*v));
+		if (!p) {
+			err = -ENOMEM;
+			break;
+		}
+		v = p;
+		v[(*n)++] = b;
+	}
+	free(copy);
+	*out = v;
+	return err ? err : (*n ? 0 : -ENOENT);
+}
+
+/* The QMP exchange: RAM blocks and migration parameters. */
+static int qmp_query(struct kvmstats_ram *ram, unsigned int timeout_ms,
+		     struct qblock **blocks, size_t *nblocks)
+{
+	struct qmp q = { .fd = -1 };
+	struct json_object *o = NULL, *v;
+	const char *text = NULL;
+	int err, perr;
+
+	q.deadline = ks_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	q.tok = json_tokener_new();
+	if (!q.tok)
+		return -ENOMEM;
+	err = qmp_connect(&q, ram->qmp_path);
+	if (err)
+		goto out;
+	o = qmp_next(&q, &err);		/* the greeting */
+	if (!o || !json_object_object_get_ex(o, "QMP", NULL)) {
+		err = err ? err : -EPROTO;
+		goto out;
+	}
+	json_object_put(o);
+	o = qmp_cmd(&q, "{\"execute\":\"qmp_capabilities\"}", &err);
+	if (!o)
+		goto out;
+	json_object_put(o);
+	o = qmp_cmd(&q, "{\"execute\":\"x-query-ramblock\"}", &err);
+	if (o && json_object_object_get_ex(o, "human-readable-text", &v))
+		text = json_object_get_string(v);
+	if (!o && err == -EREMOTEIO) {
+		o = qmp_cmd(&q, "{\"execute\":\"human-monitor-command\",\"arguments\":"
+			    "{\"command-line\":\"info ramblock\"}}", &err);
+		text = o ? json_object_get_string(o) : NULL;
+	}
+	if (!o)
+		goto out;
+	err = text ? parse_blocks(text, blocks, nblocks) : -EPROTO;
+	json_object_put(o);
+	/* Optional: the model has defaults. */
+	o = qmp_cmd(&q, "{\"execute\":\"query-migrate-parameters\"}", &perr);
+	if (o && json_object_object_get_ex(o, "max-bandwidth", &v))
+		ram->max_bandwidth = (uint64_t)json_object_get_int64(v);
+	if (o && json_object_object_get_ex(o, "downtime-limit", &v))
+		ram->downtime_ms = (uint32_t)json_object_get_int64(v);
+out:
+	json_object_put(o);
+	json_tokener_free(q.tok);
+	if (q.fd >= 0)
+		close(q.fd);
+	return err;
+}
+
+/* How well does mapping @m fit block @b? 0: not at all. */
+static int block_score(const struct maps *ms, size_t i, const struct qblock *b)
+{
+	const struct ks_map *m = &ms->m[i];
+	uint64_t align = b->psize > KS_PAGE ? b->psize : KS_PAGE;
+	uint64_t want = (b->total + align - 1) & ~(align - 1);
+	int score = 1;
+
+	if (m->used || !is_rw(m) || map_size(m) != want || m->path[0] == '[')
+		return 0;
+	if (i + 1 < ms->n && ms->m[i + 1].start == m->end &&
+	    !strcmp(ms->m[i + 1].perms, "---p"))
+		score += 4;	/* qemu_ram_mmap's guard page */
+	if (!(m->start % (2 * MIB)))
+		score += 2;	/* QEMU_VMALLOC_ALIGN */
+	/* Huge pages come from hugetlbfs or MAP_HUGETLB: never anonymous. */
+	if (b->psize <= KS_PAGE || m->path[0])
+		score += 1;
+	return score;
+}
+
+static int match_blocks(struct kvmstats_ram *ram, struct maps *ms,
+			const struct qblock *b, size_t nb, char *unmatched,
+			size_t ulen)
+{
+	size_t missed = 0;
+
+	unmatched[0] = 0;
+	for (size_t k = 0; k < nb; k++) {
+		int best = 0, err;
+		size_t at = 0;
+		char why[160];
+
+		for (size_t i = 0; i < ms->n; i++) {
+			int s = block_score(ms, i, &b[k]);
+
+			if (s > best) {
+				best = s;
+				at = i;
+			}
+		}
+		if (!best) {
+			size_t l = strlen(unmatched);
+
+			snprintf(unmatched + l, ulen - l, "%s%s", missed++ ? ", " : "",
+				 b[k].name);
+			continue;
+		}
+		ms->m[at].used = true;
+		snprintf(why, sizeof(why), "QEMU RAM block %s (used %" PRIu64
+			 " of %" PRIu64 " KiB, page %" PRIu64 " KiB) = mapping of "
+			 "its size%s", b[k].name, b[k].used >> 10, b[k].total >> 10,
+			 b[k].psize >> 10, best >= 5 ? " with QEMU's guard page" : "");
+		err = add_region(ram, &ms->m[at], ms->m[at].start,
+				 (b[k].used + KS_PAGE - 1) & ~(uint64_t)(KS_PAGE - 1),
+				 b[k].name, why);
+		if (err)
+			return err;
+		if (b[k].psize > ram->r[ram->n - 1].page_size)
+			ram->r[ram->n - 1].page_size = (uint32_t)b[k].psize;
+	}
+	return missed == nb ? -ENOENT : 0;
+}
+
+static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
+		   struct maps *ms)
+{
+	struct qblock *b = NULL;
+	char unmatched[256];
+	size_t nb = 0;
+	int err = 0;
+
+	if (o->qmp_path)
+		snprintf(ram->qmp_path, sizeof(ram->qmp_path), "%s", o->qmp_path);
+	else
+		err = find_qmp(ram->pid, ram->qmp_path, sizeof(ram->qmp_path));
+	if (err) {
+		snprintf(ram->note, sizeof(ram->note), "%s",
+			 err == -ENOTSUP ? "not QEMU" : "no QMP socket on QEMU's command line");
+		return err;
+	}
+	err = qmp_query(ram, o->timeout_ms ? o->timeout_ms : 1000, &b, &nb);
+	if (err) {
+		snprintf(ram->note, sizeof(ram->note), "QMP %s: %s", ram->qmp_path,
+			 err == -ETIMEDOUT ? "no answer in time (another client holds "
+					     "the monitor?)" : strerror(-err));
+		goto out;
+	}
+	err = match_blocks(ram, ms, b, nb, unmatched, sizeof(unmatched));
+	if (err) {
+		snprintf(ram->note, sizeof(ram->note),
+			 "QMP: no RAM block matched a mapping");
+		goto out;
+	}
+	ram->how = KVMSTATS_RAM_QMP;
+	if (unmatched[0])
+		snprintf(ram->note, sizeof(ram->note),
+			 "RAM blocks without a matching mapping: %s", unmatched);
+out:
+	free(b);
+	return err;
+}
+
+/* ---- 3. the heuristic ---- */
+
+static bool special(const struct ks_map *m)
+{
+	return m->path[0] == '[' || !strncmp(m->path, "anon_inode:", 11) ||
+	       !strncmp(m->path, "/dev/kvm", 8);
+}
+
+static bool shared_mem(const struct ks_map *m)
+{
+	return m->perms[3] == 's' &&
+	       (!strncmp(m->path, "/memfd:", 7) || !strncmp(m->path, "/dev/shm/", 9) ||
+		!strncmp(m->path, "/dev/zero", 9) || strstr(m->path, "anon_hugepage") ||
+		!strncmp(m->path, "/SYSV", 5) || !strncmp(m->path, "/dev/hugepages", 14));
+}
+
+/* glibc's malloc arenas: a heap at a 64 MiB boundary whose reserve is a
+ * PROT_NONE mapping up to the next boundary. */
+static bool malloc_arena(const struct maps *ms, size_t i)
+{
+	const struct ks_map *m = &ms->m[i];
+	const uint64_t heap = 64 * MIB;
+
+	return !(m->start % heap) && i + 1 < ms->n &&
+	       ms->m[i + 1].start == m->end && !strcmp(ms->m[i + 1].perms, "---p") &&
+	       ms->m[i + 1].end - m->start <= heap;
+}
+
+/* A thread stack: a private mapping right after its guard page. */
+static bool thread_stack(const struct maps *ms, size_t i)
+{
+	return i > 0 && ms->m[i - 1].end == ms->m[i].start &&
+	       !strcmp(ms->m[i - 1].perms, "---p") && map_size(&ms->m[i - 1]) <= 64 * 1024;
+}
+
+enum tier { T_NONE, T_ANON, T_NORESERVE, T_SHARED, T_MARKED };
+
+static enum tier heur_tier(const struct maps *ms, size_t i)
+{
+	const struct ks_map *m = &ms->m[i];
+
+	if (!is_rw(m) || special(m) || map_size(m) < 64 * 1024)
+		return T_NONE;
+	if ((has_flag(m, "dc") || has_flag(m, "hg") || has_flag(m, "mg")) &&
+	    (!m->path[0] || shared_mem(m)))
+		return T_MARKED;
+	if (shared_mem(m))
+		return map_size(m) >= MIB ? T_SHARED : T_NONE;
+	if (m->path[0] || map_size(m) < MIB || malloc_arena(ms, i) ||
+	    thread_stack(ms, i))
+		return T_NONE;
+	return has_flag(m, "nr") ? T_NORESERVE : T_ANON;
+}
+
+static int use_heuristic(struct kvmstats_ram *ram, const struct maps *ms)
+{
+	static const char *const why[] = {
+		[T_MARKED] = "heuristic: read-write mapping marked as guest memory "
+			     "(MADV_DONTFORK/HUGEPAGE/MERGEABLE)",
+		[T_SHARED] = "heuristic: shared memory mapping (memfd, shm, hugetlbfs)",
+		[T_NORESERVE] = "heuristic: large anonymous MAP_NORESERVE mapping",
+		[T_ANON] = "heuristic: large anonymous mapping (not heap, stack or arena)",
+	};
+	enum tier best = T_NONE;
+	int err;
+
+	for (size_t i = 0; i < ms->n; i++) {
+		enum tier t = heur_tier(ms, i);
+
+		if (t > best)
+			best = t;
+	}
+	if (best == T_NONE)
+		return -ENOENT;
+	for (size_t i = 0; i < ms->n; i++) {
+		if (heur_tier(ms, i) != best)
+			continue;
+		err = add_region(ram, &ms->m[i], ms->m[i].start, map_size(&ms->m[i]),
+				 ms->m[i].path[0] ? ms->m[i].path : "anon", why[best]);
+		if (err)
+			return err;
+	}
+	ram->how = KVMSTATS_RAM_HEURISTIC;
+	return 0;
+}
+
+/* ---- the object ---- */
+
+static int find_ram(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o)
+{
+	struct maps ms = { 0 };
+	int err = read_maps(ram->pid, false, &ms);
+
+	if (err) {
+		ks_err(o->errbuf, o->errbuf_sz, "pid %d: reading its memory map: %s",
+		       (int)ram->pid, strerror(-err));
+		return err;
+	}
+	if (o->nranges) {
+		err = use_ranges(ram, &ms, o->ranges, o->nranges, o->errbuf,
+				 o->errbuf_sz);
+		goto out;
+	}
+	if (!(o->flags & KVMSTATS_RAM_NO_QMP) && !try_qmp(ram, o, &ms))
+		goto out;
+	/* The heuristic needs VmFlags; start again from smaps. */
+	free(ram->r);
+	ram->r = NULL;
+	ram->n = 0;
+	ram->bytes = 0;
+	maps_free(&ms);
+	err = read_maps(ram->pid, true, &ms);
+	if (!err)
+		err = use_heuristic(ram, &ms);
+	if (err == -ENOENT)
+		ks_err(o->errbuf, o->errbuf_sz, "pid %d: no mapping looks like guest "
+		       "RAM%s%s; give --region", (int)ram->pid, ram->note[0] ? "; " : "",
+		       ram->note);
+out:
+	maps_free(&ms);
+	return err;
+}
+
+struct kvmstats_ram *kvmstats_ram__open(pid_t pid,
+					const struct kvmstats_ram_opts *opts)
+{
+	struct kvmstats_ram_opts o;
+	struct kvmstats_ram *ram;
+	int err = ks_opts_copy(&o, sizeof(o), opts);
+
+	if (err || pid <= 0 || (o.nranges && !o.ranges)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ram = calloc(1, sizeof(*ram));
+	if (!ram) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ram->pid = pid;
+	ram->pidfd = ks_pidfd_open(pid);
+	if (ram->pidfd < 0) {
+		err = ram->pidfd;
+		ks_err(o.errbuf, o.errbuf_sz, "pid %d: %s", (int)pid, strerror(-err));
+		goto err;
+	}
+	err = find_ram(ram, &o);
+	if (err == -ESRCH || (!err && !ks_pidfd_alive(ram->pidfd))) {
+		err = -ESRCH;
+		ks_err(o.errbuf, o.errbuf_sz, "pid %d exited", (int)pid);
+	}
+	if (err)
+		goto err;
+	return ram;
+err:
+	kvmstats_ram__free(ram);
+	errno = -err;
+	return NULL;
+}
+
+void kvmstats_ram__free(struct kvmstats_ram *ram)
+{
+	if (!ram)
+		return;
+	if (ram->pidfd >= 0)
+		close(ram->pidfd);
+	free(ram->r);
+	free(ram);
+}
+
+pid_t kvmstats_ram__pid(const struct kvmstats_ram *ram)
+{
+	return ram->pid;
+}
+
+int kvmstats_ram__pidfd(const struct kvmstats_ram *ram)
+{
+	return ram->pidfd;
+}
+
+bool kvmstats_ram__alive(const struct kvmstats_ram *ram)
+{
+	return ks_pidfd_alive(ram->pidfd);
+}
+
+size_t kvmstats_ram__count(const struct kvmstats_ram *ram)
+{
+	return ram->n;
+}
+
+const struct kvmstats_ram_region *kvmstats_ram__region(const struct kvmstats_ram *ram,
+						       size_t i)
+{
+	if (i >= ram->n) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return &ram->r[i];
+}
+
+uint64_t kvmstats_ram__bytes(const struct kvmstats_ram *ram)
+{
+	return ram->bytes;
+}
+
+enum kvmstats_ram_how kvmstats_ram__how(const struct kvmstats_ram *ram)
+{
+	return ram->how;
+}
+
+const char *kvmstats_ram_how_str(enum kvmstats_ram_how how)
+{
+	switch (how) {
+	case KVMSTATS_RAM_QMP:
+		return "qmp";
+	case KVMSTATS_RAM_HEURISTIC:
+		return "heuristic";
+	case KVMSTATS_RAM_OVERRIDE:
+		return "region";
+	}
+	return "unknown";
+}
+
+const char *kvmstats_ram__note(const struct kvmstats_ram *ram)
+{
+	return ram->note;
+}
+
+uint64_t kvmstats_ram__max_bandwidth(const struct kvmstats_ram *ram)
+{
+	return ram->max_bandwidth;
+}
+
+uint32_t kvmstats_ram__downtime_ms(const struct kvmstats_ram *ram)
+{
+	return ram->downtime_ms;
+}
+
+const char *kvmstats_ram__qmp_path(const struct kvmstats_ram *ram)
+{
+	return ram->how == KVMSTATS_RAM_QMP ? ram->qmp_path : "";
+}

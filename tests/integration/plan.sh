@@ -1,0 +1,234 @@
+#!/bin/bash
+# kvmstats plan against QEMU's own counters, on real QEMU VMs running our
+# multiboot guest (build/mbguest.elf), which writes known amounts of
+# non-zero data at 16 MiB, zeros over the next region (touched, zero) and
+# leaves the rest untouched:
+#  - plan --method scan --interval 0: nonzero_pages within 0.5% of the
+#    `normal` pages QEMU then migrates (to exec:cat > /dev/null), and
+#    predicted_transfer_bytes within 5% of QEMU's `transferred`; for
+#    anonymous RAM and for a memfd backend (read in place);
+#  - reading never faults a page in (the RAM mappings' Rss before/after)
+#    and never changes guest memory (pmemsave before/after);
+#  - a guest rewriting a region: plan --method sample --interval 1 agrees
+#    with QEMU's calc-dirty-rate (page-sampling, calc-time 1) within 25%;
+#  - a VM exiting mid-scan ends its own scan cleanly, the other VM's plan
+#    is unaffected;
+#  - --region overrides, the stats estimator never reports 0 for a VM
+#    that ran, the table output.
+source "$(dirname "$0")/../lib.sh"
+
+require_kvm plan
+for tool in qemu-system-x86_64 socat jq; do
+	if ! command -v "$tool" >/dev/null; then
+		skip plan "$tool is not installed (scripts/deps.sh test)"
+		exit 0
+	fi
+done
+if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
+	fail plan "build/kvmstats or build/mbguest.elf missing: run make build"
+	exit 0
+fi
+
+# launch NAME MIB APPEND [QEMU ARGS...]: start a VM without waiting for it,
+# so that the VMs boot in parallel (start_qemu's command line).
+launch() {
+	local name=$1 mem=$2 append=$3
+	shift 3
+	qemu-system-x86_64 -enable-kvm -m "$mem" -smp 1 \
+		-display none -nodefaults -no-user-config -name "guest=$name" \
+		-serial "file:$TMP/$name.serial" \
+		-qmp "unix:$TMP/$name.qmp,server=on,wait=off" \
+		-kernel "$MBGUEST" -append "$append" "$@" 2>>"$TMP/$name.log" &
+	track $!
+	eval "PID_$name=$!"
+}
+
+# ready NAME: wait (bounded) for the guest's READY line.
+ready() {
+	local pid i
+	eval "pid=\$PID_$1"
+	for i in $(seq 1200); do
+		grep -q READY "$TMP/$1.serial" 2>/dev/null && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "# VM $1 did not print READY"
+	return 1
+}
+
+# q NAME JSON: one QMP command, its reply on stdout (events dropped);
+# waits for the reply itself (bounded) rather than a fixed time.
+q() {
+	local line n=0
+	coproc QMPC { timeout 60 socat - "UNIX-CONNECT:$TMP/$1.qmp" 2>/dev/null; }
+	echo '{"execute":"qmp_capabilities"}' >&"${QMPC[1]}"
+	echo "$2" >&"${QMPC[1]}"
+	while IFS= read -r -t 60 line <&"${QMPC[0]}"; do
+		case $line in *'"QMP"'* | *'"event"'*) continue ;; esac
+		n=$((n + 1))
+		if [ "$n" = 2 ]; then
+			echo "$line"
+			break
+		fi
+	done
+	eval "exec ${QMPC[1]}>&-"
+	wait "$QMPC_PID" 2>/dev/null
+}
+
+# Rss (KiB) of the VMM's guest-RAM-sized mappings (>= 128 MiB), from the
+# kernel: a page faulted in by reading would show here.
+ram_rss() {
+	awk '/^[0-9a-f]+-[0-9a-f]+ /{big=0} /^Size:/{big=($2>=131072)}
+	     /^Rss:/{if(big)s+=$2} END{print s+0}' "/proc/$1/smaps"
+}
+
+# within A B PCT: |A - B| <= PCT% of B
+within() {
+	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
+}
+
+guest_sha() {
+	rm -f "$TMP/mem.bin"
+	q "$1" "{\"execute\":\"pmemsave\",\"arguments\":{\"val\":0,\"size\":$((160 << 20)),\"filename\":\"$TMP/mem.bin\"}}" >/dev/null
+	sha256sum "$TMP/mem.bin" 2>/dev/null | cut -d' ' -f1
+}
+
+# migrate NAME: migrate to a pipe into /dev/null and print
+# "normal duplicate transferred" once it completed.
+migrate() {
+	local i r st
+	q "$1" '{"execute":"migrate","arguments":{"uri":"exec:cat > /dev/null"}}' >/dev/null
+	for i in $(seq 120); do
+		r=$(q "$1" '{"execute":"query-migrate"}')
+		st=$(echo "$r" | jq -r '.return.status // empty' 2>/dev/null)
+		if [ "$st" = completed ]; then
+			echo "$r" | jq -r '.return.ram | "\(.normal) \(.duplicate) \(.transferred)"'
+			return 0
+		fi
+		[ "$st" = failed ] && break
+		sleep 0.2
+	done
+	return 1
+}
+
+# scan_vs_migration NAME: the Done-when of the issue for one VM.
+scan_vs_migration() {
+	local name=$1 pid rss0 rss1 out nz pred sha0 sha1 normal dup xfer
+	eval "pid=\$PID_$name"
+	rss0=$(ram_rss "$pid")
+	out=$("$KVMSTATS" plan --pid "$pid" --method scan --interval 0 --json 2>"$TMP/$name.err")
+	check "$name: plan --method scan exits 0" test $? = 0
+	rss1=$(ram_rss "$pid")
+	nz=$(echo "$out" | jq '.vms[0].nonzero_pages')
+	pred=$(echo "$out" | jq '.vms[0].predicted_transfer_bytes')
+	echo "# $name: scan nonzero_pages=$nz predicted_transfer_bytes=$pred rss=$rss0/$rss1 KiB"
+	check "$name: JSON has every documented field" jq -e '.vms[0] |
+		has("pid") and has("name") and has("memory_bytes") and has("pages") and
+		has("zero_pages") and has("nonzero_pages") and has("unknown_pages") and
+		.method == "scan" and has("dirty_pages_per_second") and
+		has("predicted_transfer_bytes") and has("predicted_seconds") and
+		.converges == true and has("elapsed_seconds") and
+		(.ram.regions | length) > 0 and .ram.how == "qmp"' <<<"$out"
+	check "$name: the scan faulted no page in (Rss $rss0 -> $rss1 KiB)" test "$rss0" = "$rss1"
+
+	sha0=$(guest_sha "$name")
+	"$KVMSTATS" plan --pid "$pid" --method all --interval 0.5 --json >"$TMP/$name.all" 2>&1
+	sha1=$(guest_sha "$name")
+	check "$name: guest memory unchanged by every estimator and the dirty sampler" \
+		test -n "$sha0" -a "$sha0" = "$sha1"
+	check "$name: stats estimator never reports 0 for a VM that ran" jq -e '
+		.vms[0].estimates[] | select(.method == "stats") |
+		(.valid and .nonzero_pages > 0) or (.valid | not) and (.note | length) > 0' \
+		"$TMP/$name.all"
+
+	read -r normal dup xfer < <(migrate "$name")
+	echo "# $name: QEMU normal=$normal duplicate=$dup transferred=$xfer"
+	if [ -z "$normal" ]; then
+		fail "$name: migration did not complete"
+		return
+	fi
+	check "$name: nonzero_pages $nz within 0.5% of QEMU's normal $normal" \
+		within "$nz" "$normal" 0.5
+	check "$name: predicted bytes $pred within 5% of QEMU's transferred $xfer" \
+		within "$pred" "$xfer" 5
+}
+
+# Three VMs boot together; the dirtying one comes later (it burns a CPU).
+launch anon 256 'nonzero=64M zero=32M stride=4K'
+launch memfd 256 'nonzero=48M zero=40M stride=4K' \
+	-object memory-backend-memfd,id=mem0,size=256M,share=on -machine memory-backend=mem0
+launch victim 512 'nonzero=256M stride=4K'
+ready anon && ready memfd && ready victim || { fail "plan: VMs did not boot"; exit 0; }
+
+scan_vs_migration anon
+scan_vs_migration memfd
+
+# --region: only what is asked for.
+range=$("$KVMSTATS" plan --pid "$PID_victim" --method pagemap --interval 0 --json |
+	jq -r '.vms[0].ram.regions[] | select(.name == "pc.ram") | .range')
+out=$("$KVMSTATS" plan --pid "$PID_victim" --method pagemap --interval 0 \
+	--region "$PID_victim:$range" --json)
+check "--region overrides QMP and covers just that range" jq -e \
+	".vms[0].ram.how == \"region\" and .vms[0].memory_bytes == $((512 << 20))" <<<"$out"
+check "a bad --region is a usage error" test "$("$KVMSTATS" plan --region nonsense \
+	--pid "$PID_victim" >/dev/null 2>&1; echo $?)" = 2
+
+# Table output.
+"$KVMSTATS" plan --pid "$PID_anon" --method pagemap,scan --interval 0 >"$TMP/table" 2>&1
+check "table output ranks the VM and shows both estimators" \
+	grep -q "^1 .*$PID_anon.*scan" "$TMP/table"
+check "table output explains the assumed clean guest" grep -q "assumed clean" "$TMP/table"
+
+# A VM exiting mid-scan: the victim (256 MiB of data) is scanned first at
+# 40 MiB/s and stopped after 1.5 s; the anonymous VM is scanned next.
+before=$("$KVMSTATS" plan --pid "$PID_anon" --method scan --interval 0 --json |
+	jq '.vms[0].nonzero_pages')
+start=$(date +%s)
+"$KVMSTATS" plan --pid "$PID_victim" --pid "$PID_anon" --method scan --interval 0 \
+	--rate 40 --json >"$TMP/exit.json" 2>"$TMP/exit.err" &
+plan_pid=$!
+sleep 1.5
+kill -TERM "$PID_victim"
+rc=124
+for _ in $(seq 300); do
+	if ! kill -0 "$plan_pid" 2>/dev/null; then
+		wait "$plan_pid"
+		rc=$?
+		break
+	fi
+	sleep 0.1
+done
+[ "$rc" = 124 ] && kill -KILL "$plan_pid" 2>/dev/null
+took=$(($(date +%s) - start))
+echo "# exit mid-scan: plan exit status $rc after ${took}s; $(tr '\n' ' ' <"$TMP/exit.err")"
+check "VM exiting mid-scan: plan ends by itself with status 1, no crash" test "$rc" = 1
+check "VM exiting mid-scan: its row says it exited during the scan" jq -e \
+	".vms[] | select(.pid == $PID_victim) | .error | test(\"exited\")" "$TMP/exit.json"
+check "VM exiting mid-scan: the other VM's plan is whole" jq -e \
+	".vms[] | select(.pid == $PID_anon) | .nonzero_pages == $before and .rank == 1" \
+	"$TMP/exit.json"
+
+# Dirty rate against QEMU's calc-dirty-rate: the guest rewrites 64 MiB
+# (a byte per page per pass) for as long as it runs. QEMU samples 4096
+# pages per GiB here (its default of 512 would make its own error ~10%).
+launch dirty 256 'nonzero=64M stride=4K dirty=64M dirtyloop=1'
+if ready dirty; then
+	sleep 1
+	mine=$("$KVMSTATS" plan --pid "$PID_dirty" --method sample --interval 1 --json |
+		jq '.vms[0].dirty_pages_per_second * 4096 / 1048576')
+	q dirty '{"execute":"calc-dirty-rate","arguments":{"calc-time":1,"mode":"page-sampling","sample-pages":4096}}' >/dev/null
+	qemu_rate=""
+	for _ in $(seq 40); do
+		r=$(q dirty '{"execute":"query-dirty-rate"}')
+		if [ "$(echo "$r" | jq -r .return.status)" = measured ]; then
+			qemu_rate=$(echo "$r" | jq '.return["dirty-rate"]')
+			break
+		fi
+		sleep 0.2
+	done
+	echo "# dirty rate: kvmstats $mine MiB/s, QEMU calc-dirty-rate $qemu_rate MB/s"
+	check "the guest dirties memory (QEMU sees it)" test "${qemu_rate:-0}" -gt 10
+	check "dirty rate within 25% of QEMU's calc-dirty-rate" within "$mine" "${qemu_rate:-0}" 25
+else
+	fail "dirty VM did not boot"
+fi

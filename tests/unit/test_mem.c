@@ -1,0 +1,699 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The memory side on our own process: zero tests, region parsing, page
+ * classification in both pagemap modes, the estimators, the dirty
+ * sampler, QMP discovery against a fake QEMU monitor (and a hung one),
+ * the migration model and the exporter's text.
+ *
+ * Our own memory stands in for a VMM's: its page states are set up
+ * exactly (written, written with zeros, read-faulted to the zero page,
+ * untouched, a memfd's page cache) so every count has a known answer.
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "unit.h"
+#include "kvmstats_mem.h"
+
+#define PG 4096u
+#define NPAGES 2048u	/* 8 MiB test region */
+
+/* ---- zero tests ---- */
+
+static void check_impl(enum kvmstats_zero_impl impl)
+{
+	static const size_t lens[] = { 1, 7, 8, 63, 64, 65, 127, 128, 129, 255,
+				       256, 257, 1000, 4095, 4096, 8195 };
+	kvmstats_zero_fn f = kvmstats_zero__get(impl);
+	unsigned char *buf = calloc(1, 8192 + 64);
+
+	assert_non_null(buf);
+	if (!f) {
+		assert_int_equal(errno, ENOTSUP);
+		free(buf);
+		return;
+	}
+	for (size_t off = 0; off < 3; off++) {
+		for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+			size_t len = lens[k];
+			unsigned char *p = buf + off;
+
+			assert_true(f(p, len));
+			/* One set bit anywhere makes it non-zero; the bytes
+			 * around the buffer never count. */
+			for (size_t i = 0; i < len; i += len > 300 ? 37 : 1) {
+				p[i] = 0x10;
+				assert_false(f(p, len));
+				p[i] = 0;
+			}
+			p[len - 1] = 1;
+			assert_false(f(p, len));
+			p[len - 1] = 0;
+			p[len] = 0xff;
+			if (off)
+				p[-1] = 0xff;
+			assert_true(f(p, len));
+			p[len] = 0;
+			if (off)
+				p[-1] = 0;
+		}
+	}
+	free(buf);
+}
+
+static void test_zero_variants(void **state)
+{
+	(void)state;
+	for (int i = 0; i < KVMSTATS_ZERO_NR; i++)
+		check_impl((enum kvmstats_zero_impl)i);
+	assert_non_null(kvmstats_zero__get(KVMSTATS_ZERO_INT));
+	assert_non_null(kvmstats_zero__get(KVMSTATS_ZERO_QEMU));
+	assert_null(kvmstats_zero__get(KVMSTATS_ZERO_NR));
+	assert_string_not_equal(kvmstats_zero__name(KVMSTATS_ZERO_BEST), "unknown");
+}
+
+/* ---- ranges ---- */
+
+static void test_range_parse(void **state)
+{
+	struct kvmstats_range r;
+
+	(void)state;
+	assert_int_equal(kvmstats_range__parse("7f00a000-7f00c000", &r), 0);
+	assert_true(r.start == 0x7f00a000 && r.end == 0x7f00c000);
+	assert_int_equal(kvmstats_range__parse("0x1000-0x3000", &r), 0);
+	assert_true(r.start == 0x1000 && r.end == 0x3000);
+	assert_int_equal(kvmstats_range__parse("1000+4K", &r), 0);
+	assert_true(r.end == 0x2000);
+	assert_int_equal(kvmstats_range__parse("1000+2M", &r), 0);
+	assert_true(r.end == 0x1000 + (2u << 20));
+	assert_int_equal(kvmstats_range__parse("2000-1000", &r), -EINVAL);
+	assert_int_equal(kvmstats_range__parse("1000-", &r), -EINVAL);
+	assert_int_equal(kvmstats_range__parse("zz-1000", &r), -EINVAL);
+	assert_int_equal(kvmstats_range__parse("1000+1X", &r), -EINVAL);
+	assert_int_equal(kvmstats_range__parse("1000", &r), -EINVAL);
+}
+
+/* ---- classification of our own memory ---- */
+
+/* Pages 0-9 hold data, 10-19 were written with zeros, 20-29 were only
+ * read (mapped to the zero page), the rest was never touched. */
+static unsigned char *setup_region(void)
+{
+	unsigned char *m = mmap(NULL, NPAGES * PG, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	volatile unsigned char sink = 0;
+
+	assert_true(m != MAP_FAILED);
+	madvise(m, NPAGES * PG, MADV_NOHUGEPAGE);
+	for (unsigned int i = 0; i < 10; i++)
+		m[i * PG + (i * 97) % PG] = (unsigned char)(i + 1);
+	for (unsigned int i = 10; i < 20; i++)
+		memset(m + i * PG, 0, PG);
+	for (unsigned int i = 20; i < 30; i++)
+		sink += m[i * PG];
+	(void)sink;
+	return m;
+}
+
+static struct kvmstats_ram *own_ram(void *start, size_t len)
+{
+	struct kvmstats_range r = { (uintptr_t)start, (uintptr_t)start + len };
+	char err[256] = "";
+	struct kvmstats_ram *ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .ranges = &r, .nranges = 1,
+		.errbuf = err, .errbuf_sz = sizeof(err) });
+
+	if (!ram)
+		fail_msg("kvmstats_ram__open: %s", err);
+	assert_int_equal(kvmstats_ram__how(ram), KVMSTATS_RAM_OVERRIDE);
+	assert_int_equal(kvmstats_ram__count(ram), 1);
+	assert_true(kvmstats_ram__bytes(ram) == len);
+	return ram;
+}
+
+static struct kvmstats_pages *classify(struct kvmstats_ram *ram,
+				       enum kvmstats_pagemap_mode mode)
+{
+	return kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = mode });
+}
+
+static bool have_pfns(void)
+{
+	/* PFNs (and so the zero page) are visible to CAP_SYS_ADMIN only. */
+	return geteuid() == 0;
+}
+
+static void check_counts(const struct kvmstats_pagemap_counts *c, bool pfn_zero)
+{
+	assert_int_equal(c->pages, NPAGES);
+	assert_int_equal(c->present, 30);
+	assert_int_equal(c->swapped, 0);
+	assert_int_equal(c->none, NPAGES - 30);
+	if (pfn_zero) {
+		assert_int_equal(c->pfn_zero, 10);
+		assert_int_equal(c->candidates, 20);
+	}
+}
+
+static void test_classify_modes(void **state)
+{
+	unsigned char *m = setup_region();
+	struct kvmstats_ram *ram = own_ram(m, NPAGES * PG);
+	struct kvmstats_pages *rd = classify(ram, KVMSTATS_PAGEMAP_READ), *sc;
+
+	(void)state;
+	assert_non_null(rd);
+	assert_string_equal(kvmstats_pages__mode(rd), "pagemap");
+	check_counts(kvmstats_pages__counts(rd), have_pfns());
+	for (unsigned int i = 0; i < 20; i++)
+		assert_true(kvmstats_pages__candidate(rd, 0, i) || !have_pfns());
+	assert_false(kvmstats_pages__candidate(rd, 0, 25));
+	assert_false(kvmstats_pages__candidate(rd, 0, 100));
+	if (kvmstats_pagemap_scan_supported()) {
+		sc = classify(ram, KVMSTATS_PAGEMAP_SCAN);
+		assert_non_null(sc);
+		assert_string_equal(kvmstats_pages__mode(sc), "PAGEMAP_SCAN");
+		check_counts(kvmstats_pages__counts(sc), true);
+		assert_memory_equal(kvmstats_pages__counts(sc), kvmstats_pages__counts(rd),
+				    sizeof(struct kvmstats_pagemap_counts));
+		kvmstats_pages__free(sc);
+	} else {
+		assert_null(classify(ram, KVMSTATS_PAGEMAP_SCAN));
+		assert_int_equal(errno, EOPNOTSUPP);
+	}
+	kvmstats_pages__free(rd);
+	kvmstats_ram__free(ram);
+	munmap(m, NPAGES * PG);
+}
+
+static void test_estimators(void **state)
+{
+	unsigned char *m = setup_region();
+	struct kvmstats_ram *ram = own_ram(m, NPAGES * PG);
+	struct kvmstats_pages *pg = classify(ram, KVMSTATS_PAGEMAP_AUTO), *after;
+	struct kvmstats_estimate e;
+
+	(void)state;
+	assert_non_null(pg);
+	if (!have_pfns() && !kvmstats_pagemap_scan_supported())
+		skip();
+	assert_int_equal(kvmstats_pages__estimate(pg, &e), 0);
+	assert_true(e.valid);
+	assert_int_equal(e.nonzero_pages, 20);	/* an upper bound */
+	assert_int_equal(e.zero_pages, NPAGES - 20);
+
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_true(e.valid);
+	assert_int_equal(e.nonzero_pages, 10);
+	assert_int_equal(e.zero_pages, NPAGES - 10);
+	assert_int_equal(e.unknown_pages, 0);
+	assert_int_equal(e.tested, 20);
+	assert_true(e.coverage == 1.0);
+
+	/* A sample as large as the candidates is exact. */
+	assert_int_equal(kvmstats_pages__sample(pg, &(struct kvmstats_sample_opts){
+		.sz = sizeof(struct kvmstats_sample_opts), .seed = 7 }, &e), 0);
+	assert_int_equal(e.nonzero_pages, 10);
+	assert_true(e.zero_lo <= e.zero_pages && e.zero_pages <= e.zero_hi);
+
+	/* Nothing was faulted in by reading. */
+	after = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(after);
+	assert_memory_equal(kvmstats_pages__counts(after), kvmstats_pages__counts(pg),
+			    sizeof(struct kvmstats_pagemap_counts));
+	for (unsigned int i = 0; i < 10; i++)
+		assert_int_equal(m[i * PG + (i * 97) % PG], i + 1);
+	kvmstats_pages__free(after);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, NPAGES * PG);
+}
+
+/* A sample smaller than the population: the interval must hold the
+ * truth (half the candidates are zero). */
+static void test_sample_interval(void **state)
+{
+	const unsigned int n = 16384;	/* 64 MiB */
+	unsigned char *m = mmap(NULL, (size_t)n * PG, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	struct kvmstats_estimate e;
+
+	(void)state;
+	assert_true(m != MAP_FAILED);
+	madvise(m, (size_t)n * PG, MADV_NOHUGEPAGE);
+	for (unsigned int i = 0; i < n; i++)
+		m[(size_t)i * PG + 5] = (unsigned char)(i & 1);	/* all present */
+	ram = own_ram(m, (size_t)n * PG);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	assert_int_equal(kvmstats_pages__counts(pg)->candidates, n);
+	assert_int_equal(kvmstats_pages__sample(pg, &(struct kvmstats_sample_opts){
+		.sz = sizeof(struct kvmstats_sample_opts), .min_pages = 2000,
+		.seed = 42 }, &e), 0);
+	assert_int_equal(e.tested, 2000);
+	assert_true(e.zero_lo <= n / 2 && n / 2 <= e.zero_hi);
+	assert_true(e.zero_hi - e.zero_lo < n * 0.1);
+	assert_true(fabs((double)e.zero_pages - n / 2) < n * 0.05);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, (size_t)n * PG);
+}
+
+/* THP: one written byte makes 512 pages present; only the scan knows
+ * 511 of them are zero. */
+static void test_thp(void **state)
+{
+	const size_t huge = 2u << 20;
+	unsigned char *raw = mmap(NULL, 2 * huge, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *m;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	struct kvmstats_estimate e;
+
+	(void)state;
+	assert_true(raw != MAP_FAILED);
+	m = (unsigned char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+	madvise(m, huge, MADV_HUGEPAGE);
+	m[12345] = 1;
+	ram = own_ram(m, huge);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	if (kvmstats_pages__counts(pg)->huge != 512) {
+		kvmstats_pages__free(pg);
+		kvmstats_ram__free(ram);
+		munmap(raw, 2 * huge);
+		skip();	/* THP disabled on this host */
+	}
+	assert_int_equal(kvmstats_pages__counts(pg)->present, 512);
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_int_equal(e.nonzero_pages, 1);
+	assert_int_equal(e.zero_pages, 511);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(raw, 2 * huge);
+}
+
+/* Shared memory: pages written through the file (cached, not mapped),
+ * pages written through the mapping, holes that must stay holes. */
+static void test_shmem(void **state)
+{
+	const unsigned int n = 1024;
+	unsigned char page[PG];
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	struct kvmstats_estimate e;
+	struct stat st0, st1;
+	unsigned char *m;
+	int fd = memfd_create("kvmstats-test", MFD_CLOEXEC);
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)n * PG), 0);
+	memset(page, 0x5a, sizeof(page));
+	for (unsigned int i = 0; i < 5; i++)
+		assert_int_equal(pwrite(fd, page, PG, (off_t)i * PG), PG);
+	memset(page, 0, sizeof(page));
+	assert_int_equal(pwrite(fd, page, PG, 5 * PG), PG);	/* cached zero */
+	m = mmap(NULL, (size_t)n * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	for (unsigned int i = 10; i < 15; i++)
+		m[(size_t)i * PG + 1] = 7;
+	ram = own_ram(m, (size_t)n * PG);
+	assert_int_equal(kvmstats_ram__region(ram, 0)->kind, KVMSTATS_RAM_SHMEM);
+	assert_true(kvmstats_ram__region(ram, 0)->shared);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	if (geteuid()) {
+		kvmstats_pages__free(pg);
+		kvmstats_ram__free(ram);
+		skip();	/* map_files needs CAP_SYS_ADMIN */
+	}
+	assert_int_equal(kvmstats_pages__counts(pg)->present, 5);
+	assert_int_equal(kvmstats_pages__counts(pg)->cached, 6);
+	assert_int_equal(kvmstats_pages__counts(pg)->candidates, 11);
+	assert_int_equal(kvmstats_pages__counts(pg)->none, n - 11);
+	assert_int_equal(fstat(fd, &st0), 0);
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_int_equal(e.nonzero_pages, 10);
+	assert_int_equal(e.zero_pages, n - 10);
+	assert_int_equal(kvmstats_pages__sample(pg, NULL, &e), 0);
+	assert_int_equal(e.nonzero_pages, 10);
+	/* No hole was allocated by reading. */
+	assert_int_equal(fstat(fd, &st1), 0);
+	assert_int_equal(st0.st_blocks, st1.st_blocks);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, (size_t)n * PG);
+	close(fd);
+}
+
+/* ---- dirty sampler ---- */
+
+static void test_dirty(void **state)
+{
+	const unsigned int n = 1024;	/* all sampled: min_pages */
+	unsigned char *m = mmap(NULL, (size_t)n * PG, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct kvmstats_dirty_result r;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	struct kvmstats_dirty *d;
+
+	(void)state;
+	assert_true(m != MAP_FAILED);
+	madvise(m, (size_t)n * PG, MADV_NOHUGEPAGE);
+	for (unsigned int i = 0; i < n / 2; i++)
+		m[(size_t)i * PG] = 1;
+	ram = own_ram(m, (size_t)n * PG);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	d = kvmstats_dirty__new(pg, &(struct kvmstats_dirty_opts){
+		.sz = sizeof(struct kvmstats_dirty_opts), .seed = 3 });
+	assert_non_null(d);
+	assert_int_equal(kvmstats_dirty__point(d), 0);	/* nothing changed */
+	for (unsigned int i = 0; i < 100; i++)
+		m[(size_t)i * PG + 9] = 2;		/* 100 rewritten */
+	for (unsigned int i = n / 2; i < n / 2 + 30; i++)
+		m[(size_t)i * PG] = 3;			/* 30 new pages */
+	for (unsigned int i = n / 2 + 30; i < n / 2 + 40; i++)
+		m[(size_t)i * PG] = 0;			/* 10 new, zero */
+	assert_int_equal(kvmstats_dirty__point(d), 0);
+	assert_int_equal(kvmstats_dirty__result(d, &r), 0);
+	assert_int_equal(r.npoints, 2);
+	assert_int_equal(r.sampled, n / 2);
+	assert_int_equal(r.points[0].changed, 0);
+	assert_true(r.points[0].pages == 0);
+	assert_int_equal(r.points[1].changed, 100);
+	assert_int_equal(r.new_pages, 40);
+	assert_true(fabs(r.points[1].pages - 130) < 0.5);
+	assert_true(r.points[1].lo <= 130 && r.points[1].hi >= 130);
+	assert_true(r.pages_per_second > 0);
+	kvmstats_dirty__free(d);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, (size_t)n * PG);
+}
+
+/* ---- a fake QEMU monitor ---- */
+
+struct fake_qmp {
+	char path[108];
+	int lfd;
+	bool hang;		/* accept, then never answer */
+	char ramblock[512];
+	pthread_t tid;
+};
+
+static void say(int fd, const char *s)
+{
+	if (write(fd, s, strlen(s)) < 0)
+		return;	/* the client left: fine */
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake_qmp *f = arg;
+	char buf[4096], reply[1024];
+	int fd = accept(f->lfd, NULL, NULL);
+	ssize_t n;
+
+	if (fd < 0)
+		return NULL;
+	if (f->hang) {
+		struct pollfd p = { fd, POLLIN, 0 };
+
+		poll(&p, 1, 3000);
+		close(fd);
+		return NULL;
+	}
+	say(fd, "{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n");
+	while ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
+		buf[n] = 0;
+		if (strstr(buf, "qmp_capabilities")) {
+			say(fd, "{\"event\": \"NOISE\"}\r\n{\"return\": {}}\r\n");
+		} else if (strstr(buf, "x-query-ramblock")) {
+			snprintf(reply, sizeof(reply),
+				 "{\"return\": {\"human-readable-text\": \"%s\"}}\r\n",
+				 f->ramblock);
+			say(fd, reply);
+		} else if (strstr(buf, "query-migrate-parameters")) {
+			say(fd, "{\"return\": {\"max-bandwidth\": 1048576, "
+				"\"downtime-limit\": 123}}\r\n");
+		} else {
+			say(fd, "{\"error\": {\"class\": \"CommandNotFound\"}}\r\n");
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+static void fake_start(struct fake_qmp *f)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	snprintf(f->path, sizeof(f->path), "/tmp/kvmstats-qmp-%d-%d", (int)getpid(),
+		 f->hang);
+	unlink(f->path);
+	strcpy(sa.sun_path, f->path);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->lfd, 4), 0);
+	assert_int_equal(pthread_create(&f->tid, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake_qmp *f)
+{
+	pthread_join(f->tid, NULL);
+	close(f->lfd);
+	unlink(f->path);
+}
+
+/* A "RAM block" laid out as QEMU does: 2 MiB aligned, exactly its total
+ * size, a PROT_NONE guard page after it. */
+static unsigned char *qemu_like_block(size_t size, void **raw, size_t *rawlen)
+{
+	const size_t align = 2u << 20;
+	unsigned char *m;
+
+	*rawlen = size + 2 * align;
+	*raw = mmap(NULL, *rawlen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(*raw != MAP_FAILED);
+	m = (unsigned char *)(((uintptr_t)*raw + align - 1) & ~(uintptr_t)(align - 1));
+	assert_int_equal(mprotect(m, size, PROT_READ | PROT_WRITE), 0);
+	madvise(m, size, MADV_DONTFORK);
+	return m;
+}
+
+static void test_qmp_blocks(void **state)
+{
+	struct fake_qmp f = { .hang = false };
+	const size_t total = 6u << 20;	/* an odd size no other mapping has */
+	char err[256] = "";
+	struct kvmstats_ram *ram;
+	const struct kvmstats_ram_region *r;
+	size_t rawlen;
+	void *raw;
+	unsigned char *m = qemu_like_block(total, &raw, &rawlen);
+
+	(void)state;
+	snprintf(f.ramblock, sizeof(f.ramblock),
+		 "              Block Name    PSize              Offset"
+		 "               Used              Total\\r\\n"
+		 "              test.ram    4 KiB  0x0000000000000000 "
+		 "0x0000000000400000 0x%016zx\\r\\n", total);
+	fake_start(&f);
+	ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .qmp_path = f.path,
+		.errbuf = err, .errbuf_sz = sizeof(err) });
+	if (!ram)
+		fail_msg("open: %s", err);
+	assert_int_equal(kvmstats_ram__how(ram), KVMSTATS_RAM_QMP);
+	assert_int_equal(kvmstats_ram__count(ram), 1);
+	r = kvmstats_ram__region(ram, 0);
+	assert_true(r->start == (uintptr_t)m);
+	assert_true(r->len == 4u << 20);	/* used, not total */
+	assert_string_equal(r->name, "test.ram");
+	assert_non_null(strstr(r->why, "guard page"));
+	assert_true(kvmstats_ram__max_bandwidth(ram) == 1048576);
+	assert_int_equal(kvmstats_ram__downtime_ms(ram), 123);
+	assert_string_equal(kvmstats_ram__qmp_path(ram), f.path);
+	kvmstats_ram__free(ram);
+	fake_stop(&f);
+	munmap(raw, rawlen);
+}
+
+/* A monitor that never answers costs the timeout, then the heuristic. */
+static void test_qmp_hung(void **state)
+{
+	struct fake_qmp f = { .hang = true };
+	struct kvmstats_ram *ram;
+	uint64_t t0;
+	struct timespec ts;
+	size_t rawlen;
+	void *raw;
+
+	(void)state;
+	qemu_like_block(6u << 20, &raw, &rawlen);
+	fake_start(&f);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .qmp_path = f.path,
+		.timeout_ms = 300 });
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	assert_true((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0 < 2000);
+	assert_non_null(ram);
+	assert_int_equal(kvmstats_ram__how(ram), KVMSTATS_RAM_HEURISTIC);
+	assert_non_null(strstr(kvmstats_ram__note(ram), "no answer"));
+	/* The heuristic found our DONTFORK block among the regions. */
+	assert_true(kvmstats_ram__count(ram) >= 1);
+	kvmstats_ram__free(ram);
+	fake_stop(&f);
+	munmap(raw, rawlen);
+}
+
+static void test_bad_range(void **state)
+{
+	struct kvmstats_range r = { 0x1000, 0x2000 };	/* never mapped */
+	char err[256] = "";
+
+	(void)state;
+	assert_null(kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .ranges = &r, .nranges = 1,
+		.errbuf = err, .errbuf_sz = sizeof(err) }));
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(strstr(err, "read-write"));
+	assert_null(kvmstats_ram__open(0, NULL));
+}
+
+/* ---- the model ---- */
+
+static void test_model_clean(void **state)
+{
+	struct kvmstats_migrate_prediction p;
+
+	(void)state;
+	assert_int_equal(kvmstats_migrate__predict(&(struct kvmstats_migrate_input){
+		.sz = sizeof(struct kvmstats_migrate_input), .zero_pages = 1000,
+		.nonzero_pages = 100, .nblocks = 1, .block_name_bytes = 6,
+		.bandwidth = 1e6 }, &p), 0);
+	assert_true(p.converges);
+	assert_true(p.assumed_clean);
+	assert_int_equal(p.passes, 2);
+	/* 1000 x 9 + 100 x 4104 + id (1 + 6) + EOS, then a final EOS. */
+	assert_int_equal(p.first_pass_bytes, 9000 + 410400 + 7 + 8);
+	assert_int_equal(p.bytes, 9000 + 410400 + 7 + 8 + 8);
+	assert_true(fabs(p.seconds - (double)p.bytes / 1e6) < 1e-9);
+}
+
+static void test_model_dirty(void **state)
+{
+	/* 1000 pages dirtied per second, steadily. */
+	struct kvmstats_dirty_point c[2] = { { .t = 0.5, .pages = 500 },
+					     { .t = 1, .pages = 1000 } };
+	struct kvmstats_migrate_prediction p;
+	struct kvmstats_migrate_input in = {
+		.sz = sizeof(in), .zero_pages = 0, .nonzero_pages = 100000,
+		.curve = c, .npoints = 2, .bandwidth = 100e6, .downtime_s = 0.3,
+	};
+
+	(void)state;
+	assert_true(fabs(kvmstats_dirty_curve_at(c, 2, 0.25, 1e9) - 250) < 1e-9);
+	assert_true(fabs(kvmstats_dirty_curve_at(c, 2, 2, 1e9) - 2000) < 1e-9);
+	assert_true(fabs(kvmstats_dirty_curve_at(c, 2, 2, 1500) - 1500) < 1e-9);
+	assert_int_equal(kvmstats_migrate__predict(&in, &p), 0);
+	/* 410 MB at 100 MB/s: 4.1 s, 4100 pages dirtied (16.8 MB, under the
+	 * 30 MB threshold): stop and copy. */
+	assert_true(p.converges);
+	assert_int_equal(p.passes, 2);
+	assert_true(p.final_bytes > 4000 * 4104 && p.final_bytes < 4200 * 4104);
+	/* Dirtying faster than the link: never converges. */
+	c[0].pages = 500000;
+	c[1].pages = 1000000;
+	in.curve = c;
+	assert_int_equal(kvmstats_migrate__predict(&in, &p), 0);
+	assert_false(p.converges);
+	assert_non_null(strstr(p.note, "does not converge"));
+}
+
+/* ---- the exporter's text ---- */
+
+static void test_prometheus(void **state)
+{
+	struct kvmstats_plan_vm a = { .pid = 10, .name = "we\"ird\\name",
+				      .memory_bytes = 1 << 20, .pages = 256,
+				      .method = KVMSTATS_METHOD_SCAN, .predicted = true };
+	struct kvmstats_plan_vm b = a, bad = a;
+	const struct kvmstats_plan_vm *v[3] = { &a, &b, &bad };
+	char buf[8192], small[64];
+	int n;
+
+	(void)state;
+	a.est[KVMSTATS_METHOD_SCAN] = (struct kvmstats_estimate){
+		.valid = true, .pages = 256, .zero_pages = 192, .nonzero_pages = 64 };
+	a.pred.seconds = 2;
+	a.pred.converges = true;
+	b.pid = 11;
+	b.est[KVMSTATS_METHOD_SCAN] = a.est[KVMSTATS_METHOD_SCAN];
+	b.pred.seconds = 1;
+	b.pred.converges = true;
+	bad.pid = 12;
+	bad.error = -ESRCH;
+	n = kvmstats_plan__prometheus(v, 3, buf, sizeof(buf));
+	assert_true(n > 0 && n < (int)sizeof(buf));
+	assert_non_null(strstr(buf, "# TYPE kvmstats_plan_zero_pages gauge\n"));
+	assert_non_null(strstr(buf, "kvmstats_plan_zero_pages{pid=\"10\",name=\"we\\\"ird\\\\name\","
+				    "method=\"scan\"} 192\n"));
+	assert_non_null(strstr(buf, "kvmstats_plan_zero_ratio{pid=\"10\""));
+	assert_non_null(strstr(buf, "kvmstats_plan_rank{pid=\"11\",name=\"we\\\"ird\\\\name\","
+				    "method=\"scan\"} 1\n"));
+	assert_non_null(strstr(buf, "kvmstats_plan_rank{pid=\"10\""));
+	assert_null(strstr(buf, "pid=\"12\""));
+	/* snprintf semantics: truncated, terminated, full length returned. */
+	assert_int_equal(kvmstats_plan__prometheus(v, 3, small, sizeof(small)), n);
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+	assert_int_equal(kvmstats_plan__prometheus(v, 3, NULL, 0), n);
+}
+
+static void test_methods(void **state)
+{
+	(void)state;
+	for (int i = 0; i < KVMSTATS_METHOD_NR; i++)
+		assert_int_equal(kvmstats_method_parse(kvmstats_method_str(i)), i);
+	assert_int_equal(kvmstats_method_parse("bogus"), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_zero_variants),
+		cmocka_unit_test(test_range_parse),
+		cmocka_unit_test(test_classify_modes),
+		cmocka_unit_test(test_estimators),
+		cmocka_unit_test(test_sample_interval),
+		cmocka_unit_test(test_thp),
+		cmocka_unit_test(test_shmem),
+		cmocka_unit_test(test_dirty),
+		cmocka_unit_test(test_qmp_blocks),
+		cmocka_unit_test(test_qmp_hung),
+		cmocka_unit_test(test_bad_range),
+		cmocka_unit_test(test_model_clean),
+		cmocka_unit_test(test_model_dirty),
+		cmocka_unit_test(test_prometheus),
+		cmocka_unit_test(test_methods),
+	};
+
+	return cmocka_run_group_tests_name("mem", tests, NULL, NULL);
+}
