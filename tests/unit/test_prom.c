@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The exporter's number and text formatting (cli/prom.c): exact decimal
+ * scaling, the canonical le rendering OpenMetrics asks for, label
+ * escaping, and gzip made of separately deflated parts.
+ */
+#include "unit.h"
+
+#include <zlib.h>
+
+/* The renderer is built into kvmstats; the test takes it the same way the
+ * benchmark does. */
+#include "../../cli/prom.c"
+
+static void check_scaled(uint64_t raw, int mode, int exp, const char *want)
+{
+	char buf[64];
+	size_t n = put_scaled(buf, raw, (struct scale){ (uint8_t)mode, (int16_t)exp });
+
+	buf[n] = 0;
+	assert_string_equal(buf, want);
+}
+
+static void test_scaled(void **state)
+{
+	(void)state;
+	check_scaled(0, SCALE_NONE, 0, "0");
+	check_scaled(UINT64_MAX, SCALE_NONE, 0, "18446744073709551615");
+	check_scaled(1023, SCALE_POW10, -9, "0.000001023");
+	check_scaled(2000000000, SCALE_POW10, -9, "2");
+	check_scaled(1500000000, SCALE_POW10, -9, "1.5");
+	check_scaled(1000000001, SCALE_POW10, -9, "1.000000001");
+	check_scaled(0, SCALE_POW10, -9, "0");
+	check_scaled(3, SCALE_POW10, 3, "3000");
+	check_scaled(5, SCALE_POW2, 12, "20480");
+	/* Past 64 bits: a double with every digit it has. */
+	check_scaled(UINT64_MAX, SCALE_POW10, 3, "1.8446744073709552e+22");
+}
+
+static void check_double(double v, const char *text, const char *om)
+{
+	char buf[64];
+
+	fmt_double(v, buf, sizeof(buf), false);
+	assert_string_equal(buf, text);
+	fmt_double(v, buf, sizeof(buf), true);
+	assert_string_equal(buf, om);
+}
+
+/* As Go's strconv.FormatFloat(v, 'g', -1, 64), which OpenMetrics names
+ * canonical, with ".0" on integral values in OpenMetrics. */
+static void test_le(void **state)
+{
+	(void)state;
+	check_double(0, "0", "0.0");
+	check_double(1e-9, "1e-09", "1e-09");
+	check_double(1023 / 1e9, "1.023e-06", "1.023e-06");
+	check_double(131071 / 1e9, "0.000131071", "0.000131071");
+	check_double(1073741823 / 1e9, "1.073741823", "1.073741823");
+	check_double(1, "1", "1.0");
+	check_double(10, "10", "10.0");
+	check_double(100000, "100000", "100000.0");
+	check_double(1e6, "1e+06", "1e+06");
+	check_double(0.1, "0.1", "0.1");
+	check_double(1e-5, "1e-05", "1e-05");
+	check_double(0.0001, "0.0001", "0.0001");
+	check_double(INFINITY, "+Inf", "+Inf");
+	/* Each bound is the double nearest the exact decimal. */
+	for (int i = 1; i < 31; i++) {
+		char buf[64];
+		double le = scaled_double((1ull << i) - 1, (struct scale){ SCALE_POW10, -9 });
+
+		fmt_double(le, buf, sizeof(buf), false);
+		assert_true(strtod(buf, NULL) == le);
+		assert_true(strlen(buf) <= 12);
+	}
+}
+
+static void test_u64(void **state)
+{
+	static const uint64_t v[] = { 0, 9, 10, 99, 100, 12345, 1000000007,
+				      UINT64_MAX };
+	char buf[32], want[32];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		buf[prom_u64(buf, v[i])] = 0;
+		snprintf(want, sizeof(want), "%llu", (unsigned long long)v[i]);
+		assert_string_equal(buf, want);
+	}
+}
+
+static void test_escape(void **state)
+{
+	char out[64];
+
+	(void)state;
+	prom_escape_label("a\"b\\c\nd", out, sizeof(out));
+	assert_string_equal(out, "a\\\"b\\\\c\\nd");
+	prom_escape_label("caf\xc3\xa9", out, sizeof(out));
+	assert_string_equal(out, "caf\xc3\xa9");
+	/* Not UTF-8: a stray byte, an overlong '/', a surrogate. */
+	prom_escape_label("x\xffy", out, sizeof(out));
+	assert_string_equal(out, "x?y");
+	prom_escape_label("\xc0\xaf", out, sizeof(out));
+	assert_string_equal(out, "??");
+	prom_escape_label("\xed\xa0\x80", out, sizeof(out));
+	assert_string_equal(out, "???");
+	/* A short buffer is never overrun. */
+	prom_escape_label("\"\"\"\"\"\"\"\"\"\"", out, 8);
+	assert_true(strlen(out) < 8);
+}
+
+/* Parts deflated apart (and in parallel) make one gzip stream that any
+ * gzip reader inflates to the concatenation of the parts. */
+static void test_gzip_parts(void **state)
+{
+	struct prom_pool *pool = prom_pool_new(3);
+	struct prom_expo e = { 0 };
+	struct iovec iov[PROM_MAX_PARTS + 4];
+	unsigned char *gz, *back;
+	size_t total = 0, n, want = 0;
+	z_stream z = { 0 };
+
+	(void)state;
+	assert_non_null(pool);
+	prom_expo_reset(&e, PROM_TEXT);
+	e.nparts = 3;
+	for (int i = 0; i < 100000; i++)
+		prom_buf_printf(&e.part[0], "kvm_vcpu_exits_total{vcpu=\"%d\"} %d\n", i, i * 7);
+	/* part 1 stays empty */
+	for (int i = 0; i < 5000; i++)
+		prom_buf_printf(&e.part[2], "x%d\n", rand());
+	prom_buf_puts(prom_expo_tail(&e), "# EOF\n");
+	for (size_t i = 0; i <= e.nparts; i++)
+		want += e.part[i].len;
+	assert_int_equal(prom_expo_gzip(pool, &e, &e, 1), 0);
+	n = prom_expo_iov(&e, true, iov, PROM_MAX_PARTS + 4);
+	gz = malloc(prom_expo_len(&e, true));
+	for (size_t i = 0; i < n; i++) {
+		memcpy(gz + total, iov[i].iov_base, iov[i].iov_len);
+		total += iov[i].iov_len;
+	}
+	assert_int_equal(total, prom_expo_len(&e, true));
+	back = malloc(want + 1);
+	assert_int_equal(inflateInit2(&z, 16 + 15), Z_OK);
+	z.next_in = gz;
+	z.avail_in = (uInt)total;
+	z.next_out = back;
+	z.avail_out = (uInt)want + 1;
+	/* Z_STREAM_END also checks the CRC-32 and length in the trailer. */
+	assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
+	assert_int_equal(z.total_out, want);
+	assert_int_equal(z.avail_in, 0);
+	inflateEnd(&z);
+	total = 0;
+	for (size_t i = 0; i <= e.nparts; i++) {
+		assert_memory_equal(back + total, e.part[i].p, e.part[i].len);
+		total += e.part[i].len;
+	}
+	free(gz);
+	free(back);
+	prom_expo_free(&e);
+	prom_pool_free(pool);
+}
+
+static void test_family_names(void **state)
+{
+	static const struct kvmstats_encode_desc d[] = {
+		{ "exits", KVMSTATS_FLAGS(KVMSTATS_TYPE_CUMULATIVE, KVMSTATS_UNIT_NONE, 0), 0, 1, 0 },
+		{ "halt_wait_ns", KVMSTATS_FLAGS(KVMSTATS_TYPE_CUMULATIVE, KVMSTATS_UNIT_SECONDS, 0), -9, 1, 0 },
+		{ "halt_wait_hist", KVMSTATS_FLAGS(KVMSTATS_TYPE_LOG_HIST, KVMSTATS_UNIT_SECONDS, 0), -9, 32, 0 },
+		{ "pages_4k", KVMSTATS_FLAGS(KVMSTATS_TYPE_INSTANT, KVMSTATS_UNIT_NONE, 0), 0, 1, 0 },
+		{ "mem_bytes", KVMSTATS_FLAGS(KVMSTATS_TYPE_PEAK, KVMSTATS_UNIT_BYTES, 1), 12, 1, 0 },
+		{ "lat_cycles", KVMSTATS_FLAGS(KVMSTATS_TYPE_INSTANT, KVMSTATS_UNIT_CYCLES, 0), 0, 1, 0 },
+		{ "blocking", KVMSTATS_FLAGS(KVMSTATS_TYPE_INSTANT, KVMSTATS_UNIT_BOOLEAN, 0), 0, 1, 0 },
+	};
+	static const char *const want[] = {
+		"kvm_vcpu_exits", "kvm_vcpu_halt_wait_seconds",
+		"kvm_vcpu_halt_wait_hist_seconds", "kvm_vcpu_pages_4k",
+		"kvm_vcpu_mem_bytes", "kvm_vcpu_lat_cycles", "kvm_vcpu_blocking",
+	};
+	uint64_t values[38] = { 0 };
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_schema *s;
+	size_t len;
+	void *img = kvmstats_image__encode("kvm-1/vcpu-0", d, 7, values, &len, NULL);
+
+	(void)state;
+	assert_non_null(img);
+	s = kvmstats_schema__parse(ctx, img, len, NULL, 0);
+	assert_non_null(s);
+	for (uint32_t i = 0; i < 7; i++) {
+		const char *unit;
+		char name[160];
+
+		assert_true(family_name(kvmstats_schema__stat(s, i), true, name,
+					sizeof(name), &unit));
+		assert_string_equal(name, want[i]);
+	}
+	/* halt_wait_hist's sum is halt_wait_ns, a true sum. */
+	assert_non_null(hist_sum(s, kvmstats_schema__stat(s, 2)));
+	kvmstats_schema__put(s);
+	free(img);
+	kvmstats_ctx__free(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scaled),
+		cmocka_unit_test(test_le),
+		cmocka_unit_test(test_u64),
+		cmocka_unit_test(test_escape),
+		cmocka_unit_test(test_gzip_parts),
+		cmocka_unit_test(test_family_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
