@@ -215,6 +215,16 @@ static void value_cell(const struct reading *rd, const struct kvmstats_stat *st,
 		stat_human(st, kvmstats_stat__values(st, rd->smp->data), buf, len);
 }
 
+/* "vcpu3"; a source's pseudo-vCPU of index -1 (debugfs: the vCPU stats
+ * summed over every vCPU) is "vcpu-sum". */
+static void vcpu_label(int index, char *buf, size_t len)
+{
+	if (index < 0)
+		snprintf(buf, len, "vcpu-sum");
+	else
+		snprintf(buf, len, "vcpu%d", index);
+}
+
 static void hist_line(const char *label, const struct reading *rd,
 		      const struct kvmstats_stat *st)
 {
@@ -261,7 +271,7 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 
 		printf("  %-28s", "vCPU");
 		for (size_t i = base; i < end; i++) {
-			snprintf(label, sizeof(label), "vcpu%d", index[i]);
+			vcpu_label(index[i], label, sizeof(label));
 			printf(" %14s", label);
 		}
 		putchar('\n');
@@ -286,7 +296,7 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 		for (size_t i = 0; i < n; i++) {
 			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)
 				continue;
-			snprintf(label, sizeof(label), "vcpu%d", index[i]);
+			vcpu_label(index[i], label, sizeof(label));
 			hist_line(label, &rd[i], st);
 		}
 	}

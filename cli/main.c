@@ -16,6 +16,18 @@
 
 #include "cli.h"
 
+#ifdef HAVE_LIBVIRT
+#include <libvirt/virterror.h>
+
+/* libvirt's default error handler prints on stderr; the reason reaches
+ * the user through the library's error message instead. */
+static void libvirt_quiet(void *arg, virErrorPtr err)
+{
+	(void)arg;
+	(void)err;
+}
+#endif
+
 static int cmd_help(struct cli *cli, int argc, char **argv);
 static int cmd_version(struct cli *cli, int argc, char **argv);
 
@@ -184,6 +196,9 @@ int main(int argc, char **argv)
 
 	/* A reader piping us into head must not kill us mid-write. */
 	signal(SIGPIPE, SIG_IGN);
+#ifdef HAVE_LIBVIRT
+	virSetErrorFunc(NULL, libvirt_quiet);
+#endif
 	while ((c = getopt_long(argc, argv, "+jvqhV", opts, NULL)) != -1) {
 		if (cli_format_opt(&cli, c))
 			continue;
