@@ -24,14 +24,22 @@
  * in the background, so a scrape reads them without waiting; their data's
  * age is exported. Nothing is ever written to a VM.
  *
+ * With --plan-interval, a thread of its own runs the migration planner
+ * (kvmstats plan's library) over the exported VMMs every interval and
+ * publishes the figures; a scrape only copies the last published ones
+ * (see "the migration planner" below).
+ *
  * After start-up the process keeps only the capabilities reading other
- * processes' stats fds needs (see drop_caps()).
+ * processes' stats fds needs, and the planner's when it is on (see
+ * drop_caps()).
  */
 #include <arpa/inet.h>
 #include <cap-ng.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -50,6 +58,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kvmstats_mem.h"
 #include "prom.h"
 #include "webconfig.h"
 
@@ -57,7 +66,10 @@ static const char serve_usage[] =
 	"[--listen ADDR:PORT] [--web-config FILE] [--path PATH]\n"
 	"       [--threads N] [--refresh SECONDS] [--no-histograms] [--gzip-level N]\n"
 	"       [--max-connections N] [--max-connections-per-ip N] [--timeout SECONDS]\n"
-	"       [--ready FILE] " CLI_TARGET_USAGE "\n"
+	"       [--ready FILE] [--plan-interval SECONDS [--plan-method stats|pagemap|sample|scan]\n"
+	"       [--plan-dirty-interval SECONDS] [--plan-max-cpu N] [--plan-rate MIB/S]\n"
+	"       [--plan-bandwidth BYTES/S] [--plan-downtime MS]]\n"
+	"       " CLI_TARGET_USAGE "\n"
 	"   or: serve --hash-password  (reads a password on stdin, prints a bcrypt hash)";
 
 /* Expositions alive at once (being built, or still being sent). */
@@ -78,6 +90,25 @@ enum {
 	OPT_TIMEOUT,
 	OPT_READY,
 	OPT_HASH,
+	OPT_PLAN_INTERVAL,
+	OPT_PLAN_METHOD,
+	OPT_PLAN_DIRTY,
+	OPT_PLAN_MAX_CPU,
+	OPT_PLAN_RATE,
+	OPT_PLAN_BANDWIDTH,
+	OPT_PLAN_DOWNTIME,
+};
+
+/* The planner's options: `kvmstats plan`'s own, under --plan-*. */
+struct plan_cfg {
+	unsigned int interval_s;	/* 0: no planner */
+	enum kvmstats_method method;
+	double dirty_s;			/* dirty rate over; 0: assume clean */
+	double max_cpu;			/* scan's CPU budget, cores; 0: 1 */
+	double rate;			/* scan's read budget, bytes/s; 0: none */
+	double bandwidth;		/* bytes/s; 0: QEMU's or default */
+	double downtime_ms;		/* 0: QEMU's or default */
+	bool given;			/* a --plan-* option other than the interval */
 };
 
 struct serve_opts {
@@ -90,6 +121,31 @@ struct serve_opts {
 	int gzip_level;
 	unsigned int max_conn, max_conn_ip, timeout_s;
 	bool no_hist;
+	struct plan_cfg plan;
+};
+
+/* The planner thread and what it last published. A scrape takes @lock
+ * (after the server's) only to copy the published text; the thread takes
+ * it only to publish or to sleep, never while it plans, and never holds
+ * it while taking the server's lock. */
+struct planner {
+	pthread_t thread;
+	bool started;
+	atomic_bool cancel;		/* stop now: read in the scan's progress */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;		/* stop, or the next round is due */
+	/* Under @lock. */
+	bool stop;
+	bool running;			/* a round is under way */
+	struct prom_buf text[2];	/* per format: the per-VM gauges */
+	uint64_t rounds;
+	uint64_t done_ns;		/* when the published round ended */
+	double round_s;			/* how long it took */
+	size_t planned, failed;		/* VMMs in it */
+	/* The thread's own. */
+	struct prom_buf next[2];
+	pid_t *failing;			/* failed in the previous round */
+	size_t nfailing;
 };
 
 /* One exposition, shared by the responses that send it. A result made
@@ -129,6 +185,7 @@ struct server {
 	uint64_t stale;			/* requests given the previous result */
 	atomic_uint_fast64_t denied;	/* requests refused: authentication */
 	char *landing;
+	struct planner plan;
 };
 
 static uint64_t now_ns(void)
@@ -137,6 +194,490 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the migration planner (--plan-interval) ------------------------------ */
+
+/*
+ * Every --plan-interval seconds (start to start; a round that overran is
+ * followed by the next one at once, never by two at a time), one thread
+ * plans every exported VMM as `kvmstats plan` would: its guest RAM (QEMU's
+ * RAM blocks over one short QMP exchange), its zero pages by
+ * --plan-method, its dirty rate over --plan-dirty-interval (every VMM in
+ * the same interval) and the migration model. The figures are rendered in
+ * both formats and published; a scrape copies the latest ones and says how
+ * old they are. So a scrape never waits for a plan, and a slow plan (a
+ * scan of a large VM) never holds the lock scrapes take: only the list of
+ * VMMs and, for the stats method, KVM's counters are read under it, for
+ * microseconds. The thread runs at nice 10 (the scan's workers inherit
+ * it), below the scrapes and the guests' vCPU threads, and a scan keeps
+ * to --plan-max-cpu and --plan-rate. A VMM that exits mid-plan is left out
+ * of that round.
+ */
+#define PLAN_NICE 10
+#define PLAN_DIRTY_POINTS 4
+
+enum {
+	PG_MEMORY,
+	PG_ZERO,
+	PG_NONZERO,
+	PG_UNKNOWN,
+	PG_RATIO,
+	PG_DIRTY,
+	PG_BYTES,
+	PG_SECONDS,
+	PG_CONVERGES,
+	PG_ELAPSED,
+	PG_RANK,
+	PG_NR,
+};
+
+/* The per-VM gauges: the figures of `kvmstats plan --json`. */
+static const struct {
+	const char *name, *unit, *help;
+} plan_gauges[PG_NR] = {
+	[PG_MEMORY] = { "kvmstats_plan_memory_bytes", "bytes",
+			"Guest RAM found in the VMM" },
+	[PG_ZERO] = { "kvmstats_plan_zero_pages", NULL,
+		      "Guest pages (4 KiB) that are zero, by the method in the label" },
+	[PG_NONZERO] = { "kvmstats_plan_nonzero_pages", NULL,
+			 "Guest pages (4 KiB) that are not zero, by the method in the label" },
+	[PG_UNKNOWN] = { "kvmstats_plan_unknown_pages", NULL,
+			 "Guest pages (4 KiB) of unknown content (swapped), sent as "
+			 "normal pages by the model" },
+	[PG_RATIO] = { "kvmstats_plan_zero_ratio", NULL,
+		       "Share of the guest pages that are zero" },
+	[PG_DIRTY] = { "kvmstats_plan_dirty_pages_per_second", NULL,
+		       "Guest pages dirtied per second (0 with --plan-dirty-interval 0: "
+		       "a clean guest was assumed)" },
+	[PG_BYTES] = { "kvmstats_plan_predicted_transfer_bytes", "bytes",
+		       "Predicted bytes of RAM a QEMU live migration sends" },
+	[PG_SECONDS] = { "kvmstats_plan_predicted_seconds", "seconds",
+			 "Predicted duration of a QEMU live migration" },
+	[PG_CONVERGES] = { "kvmstats_plan_converges", NULL,
+			   "1 when pre-copy is predicted to converge" },
+	[PG_ELAPSED] = { "kvmstats_plan_elapsed_seconds", "seconds",
+			 "Wall time this VM's plan took, the dirty-rate interval included" },
+	[PG_RANK] = { "kvmstats_plan_rank", NULL,
+		      "Position by predicted migration cost, 1 = cheapest" },
+};
+
+static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t rank)
+{
+	const struct kvmstats_estimate *e = &v->est[v->method];
+
+	switch (which) {
+	case PG_MEMORY: return (double)v->memory_bytes;
+	case PG_ZERO: return (double)e->zero_pages;
+	case PG_NONZERO: return (double)e->nonzero_pages;
+	case PG_UNKNOWN: return (double)e->unknown_pages;
+	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : 0;
+	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : 0;
+	case PG_BYTES: return (double)v->pred.bytes;
+	case PG_SECONDS: return v->pred.seconds;
+	case PG_CONVERGES: return v->pred.converges;
+	case PG_ELAPSED: return v->elapsed_s;
+	default: return (double)rank;
+	}
+}
+
+/* The per-VM gauges of @n planned VMs, ranked (cheapest first). */
+static void render_plan(struct prom_buf *b, enum prom_format f,
+			const struct kvmstats_plan_vm *const *vms, size_t n)
+{
+	char name[4 * sizeof(vms[0]->name) + 1], lab[sizeof(name) + 96];
+
+	b->len = 0;
+	b->failed = false;
+	for (int g = 0; n && g < PG_NR; g++) {
+		prom_family(b, f, plan_gauges[g].name, "gauge", plan_gauges[g].unit,
+			    plan_gauges[g].help);
+		for (size_t i = 0; i < n; i++) {
+			prom_escape_label(vms[i]->name, name, sizeof(name));
+			snprintf(lab, sizeof(lab), "pid=\"%d\",name=\"%s\",method=\"%s\"",
+				 (int)vms[i]->pid, name, kvmstats_method_str(vms[i]->method));
+			prom_sample(b, plan_gauges[g].name, lab, plan_value(vms[i], g, i + 1));
+		}
+	}
+}
+
+/* A scrape's part: called under the server's lock, takes the planner's
+ * only to copy what the last round published. */
+static void plan_metrics(struct server *s, struct prom_buf *b, enum prom_format f)
+{
+	struct planner *pl = &s->plan;
+
+	if (!s->o.plan.interval_s)
+		return;
+	pthread_mutex_lock(&pl->lock);
+	prom_family(b, f, "kvmstats_plan_rounds", "counter", NULL,
+		    "Planning rounds completed (every --plan-interval seconds)");
+	prom_sample_u64(b, "kvmstats_plan_rounds_total", NULL, pl->rounds);
+	prom_family(b, f, "kvmstats_plan_running", "gauge", NULL,
+		    "1 while a planning round is under way");
+	prom_sample_u64(b, "kvmstats_plan_running", NULL, pl->running);
+	if (pl->rounds) {
+		prom_family(b, f, "kvmstats_plan_age_seconds", "gauge", "seconds",
+			    "Time since the planning round whose figures are served "
+			    "here ended");
+		prom_sample(b, "kvmstats_plan_age_seconds", NULL,
+			    (double)(now_ns() - pl->done_ns) / 1e9);
+		prom_family(b, f, "kvmstats_plan_round_seconds", "gauge", "seconds",
+			    "Wall time of that round, the dirty-rate interval included");
+		prom_sample(b, "kvmstats_plan_round_seconds", NULL, pl->round_s);
+		prom_family(b, f, "kvmstats_plan_vmms", "gauge", NULL,
+			    "VMMs in that round by result; a failed one (a VM that "
+			    "exited, no guest RAM found) has no per-VM gauges");
+		prom_sample_u64(b, "kvmstats_plan_vmms", "result=\"planned\"", pl->planned);
+		prom_sample_u64(b, "kvmstats_plan_vmms", "result=\"failed\"", pl->failed);
+		if (pl->text[f].len)
+			prom_buf_put(b, pl->text[f].p, pl->text[f].len);
+	}
+	pthread_mutex_unlock(&pl->lock);
+}
+
+/* One VMM of a round. */
+struct plan_row {
+	pid_t pid;
+	int err;			/* of kvmstats_plan__new */
+	struct kvmstats_plan *p;
+	char error[256];
+};
+
+static int plan_cancelled(void *arg, uint64_t done, uint64_t total)
+{
+	struct planner *pl = arg;
+
+	(void)done;
+	(void)total;
+	return atomic_load(&pl->cancel);
+}
+
+/* Sleep until @deadline (CLOCK_MONOTONIC, ns) or a stop; true on a stop. */
+static bool plan_sleep(struct planner *pl, uint64_t deadline)
+{
+	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
+			       .tv_nsec = (long)(deadline % 1000000000ull) };
+	bool stop;
+
+	pthread_mutex_lock(&pl->lock);
+	while (!pl->stop && now_ns() < deadline)
+		if (pthread_cond_timedwait(&pl->wake, &pl->lock, &ts) == ETIMEDOUT)
+			break;
+	stop = pl->stop;
+	pthread_mutex_unlock(&pl->lock);
+	return stop;
+}
+
+static bool plan_ok(const struct plan_row *r)
+{
+	return r->p && !kvmstats_plan__result(r->p)->error;
+}
+
+/* The exported VMMs, read under the scrape lock. */
+static size_t plan_pids(struct server *s, pid_t **out)
+{
+	size_t n = 0, max;
+	pid_t *pids;
+
+	pthread_mutex_lock(&s->lock);
+	max = kvmstats_host__num_vmms(s->host);
+	pids = calloc(max + 1, sizeof(*pids));
+	for (size_t i = 0; pids && i < max; i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(s->host, i);
+
+		if (!s->targs->name_set || target_selected(s->targs, v))
+			pids[n++] = kvmstats_vmm__pid(v);
+	}
+	pthread_mutex_unlock(&s->lock);
+	*out = pids;
+	return n;
+}
+
+static void plan_open(struct server *s, struct plan_row *row)
+{
+	const struct plan_cfg *c = &s->o.plan;
+	struct kvmstats_scan_opts so = {
+		.sz = sizeof(so), .max_cpu = c->max_cpu, .rate = (uint64_t)c->rate,
+	};
+	struct kvmstats_ram_opts ro = {
+		.sz = sizeof(ro),
+		.qmp_path = s->targs->npids == 1 ? s->targs->qmp : NULL,
+	};
+	struct kvmstats_plan_opts po = {
+		.sz = sizeof(po), .methods = 1u << c->method,
+		.flags = c->dirty_s > 0 ? 0 : KVMSTATS_PLAN_ASSUME_CLEAN,
+		.interval_s = c->dirty_s, .dirty_points = PLAN_DIRTY_POINTS,
+		.bandwidth = c->bandwidth, .downtime_ms = c->downtime_ms,
+		.ram = &ro, .scan = &so,
+	};
+
+	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
+	if (!row->p) {
+		row->err = -errno;
+		if (!row->error[0])
+			snprintf(row->error, sizeof(row->error), "pid %d: %s",
+				 (int)row->pid, strerror(-row->err));
+		return;
+	}
+	kvmstats_plan__set_progress(row->p, plan_cancelled, &s->plan);
+}
+
+/* KVM's pages_4k/2m/1g from the exporter's own readers, which belong to
+ * the scrapes: read under their lock (a pread or a copy per VM). */
+static void plan_stats(struct server *s, struct plan_row *rows, size_t n)
+{
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct kvmstats_vmm *v = NULL;
+
+		for (size_t k = 0; rows[i].p && !v &&
+				   k < kvmstats_host__num_vmms(s->host); k++)
+			if (kvmstats_vmm__pid(kvmstats_host__vmm(s->host, k)) == rows[i].pid)
+				v = kvmstats_host__vmm(s->host, k);
+		if (rows[i].p)
+			kvmstats_plan__stats(rows[i].p, v);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The dirty rate of every VMM over the same interval, as `kvmstats plan`
+ * measures it: baselines, then points at 1/8, 1/4, 1/2 and the whole
+ * interval. True when a stop cut it short. */
+static bool plan_dirty(struct server *s, struct plan_row *rows, size_t n)
+{
+	uint64_t span = (uint64_t)(s->o.plan.dirty_s * 1e9), t0;
+
+	if (!span)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (plan_ok(&rows[i]))
+			kvmstats_plan__dirty_begin(rows[i].p);
+	t0 = now_ns();
+	for (unsigned int k = 0; k < PLAN_DIRTY_POINTS; k++) {
+		if (plan_sleep(&s->plan, t0 + (span >> (PLAN_DIRTY_POINTS - 1 - k))))
+			return true;
+		for (size_t i = 0; i < n; i++)
+			if (plan_ok(&rows[i]))
+				kvmstats_plan__dirty_point(rows[i].p);
+	}
+	return false;
+}
+
+/* Has @pid exited (gone, or a zombie whose memory is gone already)? */
+static bool vmm_gone(pid_t pid)
+{
+	char path[32], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	/* The state follows the command, which may hold ')' itself. */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Say why a VMM cannot be planned once, when it starts failing, not at
+ * every round; a VMM that exited needs no word. */
+static void plan_report(struct server *s, const struct plan_row *rows, size_t n)
+{
+	struct planner *pl = &s->plan;
+	pid_t *failing = calloc(n + 1, sizeof(*failing));
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct kvmstats_plan_vm *r = rows[i].p ?
+			kvmstats_plan__result(rows[i].p) : NULL;
+		int err = r ? r->error : rows[i].err;
+		bool known = false;
+
+		if ((r && !err) || err == -ESRCH || vmm_gone(rows[i].pid))
+			continue;
+		for (size_t j = 0; j < pl->nfailing; j++)
+			known |= pl->failing[j] == rows[i].pid;
+		if (failing)
+			failing[k++] = rows[i].pid;
+		if (known)
+			continue;
+		if (r)
+			cli_warn(s->cli, "plan: pid %d: %s", (int)rows[i].pid, r->error_msg);
+		else
+			cli_warn(s->cli, "plan: %s", rows[i].error);	/* names the pid */
+	}
+	free(pl->failing);
+	pl->failing = failing;
+	pl->nfailing = failing ? k : 0;
+}
+
+static int cmp_planned(const void *x, const void *y)
+{
+	return kvmstats_plan_vm__compare(*(const struct kvmstats_plan_vm *const *)x,
+					 *(const struct kvmstats_plan_vm *const *)y);
+}
+
+/* Render the round's figures in both formats and make them the served
+ * ones. */
+static void plan_publish(struct server *s, const struct plan_row *rows, size_t n,
+			 uint64_t t0)
+{
+	struct planner *pl = &s->plan;
+	const struct kvmstats_plan_vm **ok = calloc(n + 1, sizeof(*ok));
+	size_t nok = 0;
+
+	if (!ok) {
+		cli_warn(s->cli, "plan: out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (plan_ok(&rows[i]) && kvmstats_plan__result(rows[i].p)->predicted)
+			ok[nok++] = kvmstats_plan__result(rows[i].p);
+	qsort(ok, nok, sizeof(*ok), cmp_planned);
+	render_plan(&pl->next[PROM_TEXT], PROM_TEXT, ok, nok);
+	render_plan(&pl->next[PROM_OPENMETRICS], PROM_OPENMETRICS, ok, nok);
+	free(ok);
+	if (pl->next[PROM_TEXT].failed || pl->next[PROM_OPENMETRICS].failed) {
+		cli_warn(s->cli, "plan: out of memory");
+		return;
+	}
+	pthread_mutex_lock(&pl->lock);
+	for (int f = 0; f < 2; f++) {
+		struct prom_buf t = pl->text[f];
+
+		pl->text[f] = pl->next[f];
+		pl->next[f] = t;
+	}
+	pl->rounds++;
+	pl->done_ns = now_ns();
+	pl->round_s = (double)(pl->done_ns - t0) / 1e9;
+	pl->planned = nok;
+	pl->failed = n - nok;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+static void plan_running(struct planner *pl, bool running)
+{
+	pthread_mutex_lock(&pl->lock);
+	pl->running = running;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+/* One round over every exported VMM; nothing is published when a stop
+ * cut it short. */
+static void plan_round(struct server *s)
+{
+	struct planner *pl = &s->plan;
+	struct plan_row *rows = NULL;
+	uint64_t t0 = now_ns();
+	pid_t *pids = NULL;
+	size_t n;
+
+	plan_running(pl, true);
+	n = plan_pids(s, &pids);
+	rows = pids ? calloc(n + 1, sizeof(*rows)) : NULL;
+	if (!rows) {
+		cli_warn(s->cli, "plan: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++) {
+		rows[i].pid = pids[i];
+		plan_open(s, &rows[i]);
+	}
+	if (s->o.plan.method == KVMSTATS_METHOD_STATS)
+		plan_stats(s, rows, n);
+	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++)
+		if (rows[i].p)
+			kvmstats_plan__estimate(rows[i].p);
+	if (atomic_load(&pl->cancel) || plan_dirty(s, rows, n))
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p)
+			kvmstats_plan__predict(rows[i].p);
+	plan_report(s, rows, n);
+	plan_publish(s, rows, n, t0);
+out:
+	for (size_t i = 0; rows && i < n; i++)
+		kvmstats_plan__free(rows[i].p);
+	free(rows);
+	free(pids);
+	plan_running(pl, false);
+}
+
+static void *plan_main(void *arg)
+{
+	struct server *s = arg;
+	uint64_t period = s->o.plan.interval_s * 1000000000ull, next = now_ns();
+
+	/* Below the scrapes and the guests' vCPUs; the scan's workers,
+	 * created by this thread, inherit it. Lowering needs no privilege. */
+	setpriority(PRIO_PROCESS, (id_t)gettid(), PLAN_NICE);
+	do {
+		plan_round(s);
+		next += period;
+		if (next < now_ns())
+			next = now_ns();	/* it overran: the next one now */
+	} while (!plan_sleep(&s->plan, next));
+	return NULL;
+}
+
+static void planner_init(struct planner *pl)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&pl->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pl->wake, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+static int planner_start(struct server *s)
+{
+	int err;
+
+	if (!s->o.plan.interval_s)
+		return 0;
+	err = pthread_create(&s->plan.thread, NULL, plan_main, s);
+	if (err) {
+		cli_err(s->cli, "cannot start the planner: %s", strerror(err));
+		return -1;
+	}
+	s->plan.started = true;
+	return 0;
+}
+
+/* Cancels a scan under way (its progress callback sees it within about
+ * 0.1 s) and cuts any wait short. */
+static void planner_stop(struct planner *pl)
+{
+	if (!pl->started)
+		return;
+	atomic_store(&pl->cancel, true);
+	pthread_mutex_lock(&pl->lock);
+	pl->stop = true;
+	pthread_cond_broadcast(&pl->wake);
+	pthread_mutex_unlock(&pl->lock);
+	pthread_join(pl->thread, NULL);
+	pl->started = false;
+}
+
+static void planner_free(struct planner *pl)
+{
+	planner_stop(pl);
+	for (int f = 0; f < 2; f++) {
+		prom_buf_free(&pl->text[f]);
+		prom_buf_free(&pl->next[f]);
+	}
+	free(pl->failing);
+	pthread_cond_destroy(&pl->wake);
+	pthread_mutex_destroy(&pl->lock);
 }
 
 /* ---- the exporter's own metrics ------------------------------------------ */
@@ -238,6 +779,7 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 	prom_family(b, f, "kvmstats_host_refresh_seconds", "gauge", "seconds",
 		    "Wall time of the last rescan of the host for VMMs");
 	prom_sample(b, "kvmstats_host_refresh_seconds", NULL, s->refresh_ns / 1e9);
+	plan_metrics(s, b, f);
 	prom_end(b, f);
 }
 
@@ -666,13 +1208,34 @@ static int open_listener(struct server *s)
  * uid, or CAP_SYS_PTRACE (which also covers Yama and non-dumpable VMMs,
  * and the opt-in attach source's ptrace). A VMM running as another user
  * (libvirt's qemu) keeps /proc/PID/fd at mode 0500 for its owner, which
- * only CAP_DAC_READ_SEARCH lets us list. Nothing else is needed after the
- * socket is bound and the TLS files are read: every other capability is
- * dropped, from the bounding set too, and no exec can regain one.
+ * only CAP_DAC_READ_SEARCH lets us list.
+ *
+ * The planner (--plan-interval) reads /proc/PID/maps and opens
+ * /proc/PID/pagemap (ptrace read checks, as above) and copies guest pages
+ * with process_vm_readv (a ptrace attach check on the real uid: the same
+ * uid and a dumpable VMM that Yama lets us attach to, or CAP_SYS_PTRACE):
+ * all covered. PAGEMAP_SCAN (Linux 6.7) tells the pages mapping the
+ * shared zero page without showing any PFN, so it needs nothing more. The
+ * PFN bits of /proc/PID/pagemap entries, the older kernels' way to tell
+ * them (and THP membership, through /proc/kpageflags), need CAP_SYS_ADMIN
+ * of whoever opened the file: far too much to keep for an exporter, so
+ * there such pages count as non-zero for the pagemap method (sample and
+ * scan test their content and get them right). Guest RAM in shared memory
+ * (memfd, hugetlbfs, a memory-backend-file) is reached through
+ * /proc/PID/map_files, which needs CAP_CHECKPOINT_RESTORE (Linux 5.9+)
+ * or CAP_SYS_ADMIN: without it every page the VMM does not map is unknown.
+ * So with --plan-interval, and only then, CAP_CHECKPOINT_RESTORE is kept
+ * too.
+ *
+ * Nothing else is needed after the socket is bound and the TLS files are
+ * read: every other capability is dropped, from the bounding set too, and
+ * no exec can regain one.
  */
 static void drop_caps(struct server *s)
 {
-	static const int keep[] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH };
+	static const int keep[] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH,
+				    CAP_CHECKPOINT_RESTORE };
+	int nkeep = s->o.plan.interval_s ? 3 : 2;
 	bool setpcap;
 
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
@@ -681,16 +1244,16 @@ static void drop_caps(struct server *s)
 	if (capng_have_capabilities(CAPNG_SELECT_CAPS) == CAPNG_NONE && !setpcap)
 		return;	/* an unprivileged run: nothing to give up */
 	{
-		bool had[2];
+		bool had[3];
 
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < nkeep; i++)
 			had[i] = capng_have_capability(CAPNG_PERMITTED, keep[i]);
 		capng_clear(CAPNG_SELECT_BOTH);
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < nkeep; i++)
 			if (had[i])
 				capng_update(CAPNG_ADD, CAPNG_EFFECTIVE | CAPNG_PERMITTED,
 					     keep[i]);
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < nkeep; i++)
 			if (had[i])
 				capng_update(CAPNG_ADD, CAPNG_BOUNDING_SET, keep[i]);
 	}
@@ -866,6 +1429,93 @@ static int hash_password(struct cli *cli)
 	return EXIT_OK;
 }
 
+/* A number in [min, max]: 0, or -1 (reported). */
+static int parse_num(const struct cli *cli, const char *opt, const char *arg,
+		     double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || *end || !isfinite(v) || v < min || v > max) {
+		cli_err(cli, "%s: '%s' is not a number from %g to %g", opt, arg, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* BYTES/S with an optional K, M or G (powers of 1024), as plan takes it. */
+static int parse_bandwidth(const struct cli *cli, const char *arg, double *out)
+{
+	static const char units[] = "KMG";
+	const char *u;
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+	if (u) {
+		v *= (double)(1ull << (10 * (u - units + 1)));
+		end++;
+	}
+	end += strspn(end, "iB");
+	if (!strcmp(end, "/s"))
+		end += 2;
+	if (errno || end == arg || *end || !isfinite(v) || v <= 0) {
+		cli_err(cli, "--plan-bandwidth: '%s' is not a rate in bytes/s (e.g. 1G)",
+			arg);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* 1: a --plan-* option (used), 0: not one, -1: a bad value (reported). */
+static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
+{
+	long v;
+	int m;
+
+	/* The options after --plan-interval in the enum tune the planner. */
+	if (c > OPT_PLAN_INTERVAL && c <= OPT_PLAN_DOWNTIME)
+		p->given = true;
+	switch (c) {
+	case OPT_PLAN_INTERVAL:
+		v = cli_parse_long(cli, "--plan-interval", arg, 0, 86400);
+		p->interval_s = (unsigned int)v;
+		return v < 0 ? -1 : 1;
+	case OPT_PLAN_METHOD:
+		m = kvmstats_method_parse(arg);
+		if (m < 0 || m >= KVMSTATS_METHOD_NR) {
+			cli_err(cli, "--plan-method: what is '%s'? (stats, pagemap, "
+				"sample, scan)", arg);
+			return -1;
+		}
+		p->method = (enum kvmstats_method)m;
+		return 1;
+	case OPT_PLAN_DIRTY:
+		return parse_num(cli, "--plan-dirty-interval", arg, 0, 3600,
+				 &p->dirty_s) ? -1 : 1;
+	case OPT_PLAN_MAX_CPU:
+		return parse_num(cli, "--plan-max-cpu", arg, 0.01, 1024,
+				 &p->max_cpu) ? -1 : 1;
+	case OPT_PLAN_RATE:
+		if (parse_num(cli, "--plan-rate", arg, 0.001, 1e9, &p->rate))
+			return -1;
+		p->rate *= 1048576;
+		return 1;
+	case OPT_PLAN_BANDWIDTH:
+		return parse_bandwidth(cli, arg, &p->bandwidth) ? -1 : 1;
+	case OPT_PLAN_DOWNTIME:
+		return parse_num(cli, "--plan-downtime", arg, 1, 3600000,
+				 &p->downtime_ms) ? -1 : 1;
+	}
+	return 0;
+}
+
 static int parse_opts(struct cli *cli, struct serve_opts *o, struct target_args *a,
 		      int argc, char **argv, bool *hash)
 {
@@ -884,6 +1534,13 @@ static int parse_opts(struct cli *cli, struct serve_opts *o, struct target_args 
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "ready", required_argument, NULL, OPT_READY },
 		{ "hash-password", no_argument, NULL, OPT_HASH },
+		{ "plan-interval", required_argument, NULL, OPT_PLAN_INTERVAL },
+		{ "plan-method", required_argument, NULL, OPT_PLAN_METHOD },
+		{ "plan-dirty-interval", required_argument, NULL, OPT_PLAN_DIRTY },
+		{ "plan-max-cpu", required_argument, NULL, OPT_PLAN_MAX_CPU },
+		{ "plan-rate", required_argument, NULL, OPT_PLAN_RATE },
+		{ "plan-bandwidth", required_argument, NULL, OPT_PLAN_BANDWIDTH },
+		{ "plan-downtime", required_argument, NULL, OPT_PLAN_DOWNTIME },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -893,6 +1550,9 @@ static int parse_opts(struct cli *cli, struct serve_opts *o, struct target_args 
 	while ((c = getopt_long(argc, argv, CLI_TARGET_SHORTOPTS "l:h", opts,
 				NULL)) != -1) {
 		int used = cli_target_opt(cli, a, c, optarg);
+
+		if (!used)
+			used = plan_opt(cli, &o->plan, c, optarg);
 
 		if (used < 0)
 			return EXIT_USAGE;
@@ -965,11 +1625,17 @@ static int parse_opts(struct cli *cli, struct serve_opts *o, struct target_args 
 		cli_err(cli, "serve: --file is not served (image files do not change)");
 		return EXIT_USAGE;
 	}
+	if (o->plan.given && !o->plan.interval_s) {
+		cli_err(cli, "serve: the --plan-* options need --plan-interval SECONDS");
+		return EXIT_USAGE;
+	}
 	return 0;
 }
 
 static void server_free(struct server *s)
 {
+	/* First: the planner takes the scrape lock and reads the host. */
+	planner_free(&s->plan);
 	if (s->d)
 		MHD_stop_daemon(s->d);
 	if (s->listen_fd >= 0)
@@ -991,6 +1657,7 @@ static int run(struct server *s)
 {
 	sigset_t set;
 	char why[512];
+	size_t nvmms;
 
 	if (s->o.web_config) {
 		if (web_config_load(&s->web, s->o.web_config, why, sizeof(why))) {
@@ -1024,12 +1691,14 @@ static int run(struct server *s)
 		return EXIT_FAIL;
 	}
 	refresh(s);
-	if (start_http(s))
+	/* Counted now: once serving, the host is the scrapes' (under the lock). */
+	nvmms = kvmstats_host__num_vmms(s->host);
+	if (start_http(s) || planner_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
 		fprintf(stderr, "%s: serving %s://%s%s (%zu VMMs)\n", s->cli->prog,
 			s->have_web && web_config_tls(&s->web) ? "https" : "http",
-			s->addr, s->o.path, kvmstats_host__num_vmms(s->host));
+			s->addr, s->o.path, nvmms);
 	write_ready(s);
 	main_loop(s, &set);
 	return EXIT_OK;
@@ -1042,7 +1711,8 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		.cli = cli, .listen_fd = -1, .targs = &a,
 		.o = { .listen = "127.0.0.1:9938", .path = "/metrics",
 		       .refresh_s = 5, .gzip_level = 1, .max_conn = 64,
-		       .max_conn_ip = 16, .timeout_s = 10 },
+		       .max_conn_ip = 16, .timeout_s = 10,
+		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1 } },
 	};
 	bool hash = false;
 	int ret;
@@ -1050,6 +1720,7 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
 	pthread_mutex_init(&s.lock, NULL);
+	planner_init(&s.plan);
 	ret = parse_opts(cli, &s.o, &a, argc, argv, &hash);
 	if (ret == -1)
 		ret = EXIT_OK;

@@ -1,0 +1,224 @@
+#!/bin/bash
+# kvmstats serve --plan-interval: the migration planner inside the exporter.
+# Two QEMU VMs run our multiboot guest (32 MiB written non-zero, 16 MiB
+# written with zeros, the rest untouched), one on anonymous RAM, one on a
+# memfd memory backend; serve plans them every second in a thread of its
+# own, after dropping its capabilities. Checked: the plan gauges appear
+# (bounded wait) with HELP and TYPE; promtool passes; OpenMetrics too, and
+# a real Prometheus (when installed) parses it and answers a query on them;
+# each VM's zero and non-zero pages agree with `kvmstats plan --method
+# pagemap --interval 0 --json` run with every capability, and the memfd VM
+# shows why CAP_CHECKPOINT_RESTORE is kept; a slow scan does not slow the
+# scrapes and SIGTERM stops serve promptly in the middle of it; a VM that
+# exits is dropped from the gauges without a word while the other stays.
+source "$(dirname "$0")/../lib.sh"
+require_kvm serve_plan
+for t in curl promtool jq qemu-system-x86_64; do
+	command -v $t >/dev/null || { skip serve_plan "$t is not installed"; exit 0; }
+done
+[ -e "$MBGUEST" ] || { skip serve_plan "$MBGUEST is not built"; exit 0; }
+QEMU_MEM=256
+GUEST='nonzero=32M zero=16M stride=4K'
+
+# start_serve NAME ARGS...: kvmstats serve on a free loopback port, in the
+# background; sets SERVE_PID, ADDR and URL.
+start_serve() {
+	local name=$1
+	shift
+	"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/$name.ready" "$@" \
+		2>>"$TMP/$name.err" &
+	SERVE_PID=$!
+	track $SERVE_PID
+	wait_file "$TMP/$name.ready" 20 || { echo "# serve $name did not start:"; \
+		sed 's/^/# /' "$TMP/$name.err"; return 1; }
+	ADDR=$(cat "$TMP/$name.ready")
+	URL=http://$ADDR/metrics
+}
+
+# gauge FILE NAME PID: the value of NAME{pid="PID",...} in a scrape.
+gauge() {
+	awk -v k="$2{pid=\"$3\"," 'index($0, k) == 1 { print $2; exit }' "$1"
+}
+
+# near A B TOL: |A - B| <= TOL.
+near() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; exit !(a != "" && b != "" && (d < 0 ? -d : d) <= t) }'; }
+
+# stop_timed PID: SIGTERM it and wait; sets MS (how long it took) and RC
+# (its exit status).
+stop_timed() {
+	local t0
+	t0=$(date +%s%N)
+	kill -TERM $1
+	wait $1
+	RC=$?
+	MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+"$KVMSTATS" serve --plan-method scan >/dev/null 2>&1
+check "--plan-method without --plan-interval is a usage error (exit 2)" [ $? = 2 ]
+"$KVMSTATS" serve --plan-interval 1 --plan-method everything >/dev/null 2>&1
+check "an unknown --plan-method is a usage error (exit 2)" [ $? = 2 ]
+
+start_qemu plan-anon "$GUEST" || { fail serve_plan "QEMU (anonymous RAM) did not start"; exit 0; }
+ANON=$QEMU_PID
+start_qemu plan-memfd "$GUEST" -object memory-backend-memfd,id=ram,size=${QEMU_MEM}M \
+	-machine memory-backend=ram || { fail serve_plan "QEMU (memfd RAM) did not start"; exit 0; }
+MEMFD=$QEMU_PID
+
+start_serve main --pid $ANON --pid $MEMFD --plan-interval 1 ||
+	{ fail serve_plan "kvmstats serve --plan-interval 1 did not start"; exit 0; }
+MAIN=$SERVE_PID
+MAIN_URL=$URL
+
+# ---- the gauges appear --------------------------------------------------------
+got=0
+for i in $(seq 60); do
+	curl -sS --max-time 10 "$URL" >"$TMP/m.txt" 2>/dev/null
+	[ -n "$(gauge "$TMP/m.txt" kvmstats_plan_zero_pages $ANON)" ] &&
+		[ -n "$(gauge "$TMP/m.txt" kvmstats_plan_zero_pages $MEMFD)" ] && { got=1; break; }
+	sleep 0.25
+done
+check "the plan gauges of both VMs appear (after $i scrapes)" [ $got = 1 ]
+[ $got = 1 ] || { sed 's/^/# serve: /' "$TMP/main.err"; grep '^kvmstats_plan' "$TMP/m.txt" | sed 's/^/# /'; }
+check "promtool check metrics passes with the plan gauges" promtool check metrics <"$TMP/m.txt"
+check "HELP and TYPE precede each plan gauge" \
+	grep -Pzq '# HELP kvmstats_plan_predicted_transfer_bytes [^\n]+\n# TYPE kvmstats_plan_predicted_transfer_bytes gauge\nkvmstats_plan_predicted_transfer_bytes\{' "$TMP/m.txt"
+check "the default method is pagemap, named in the label" \
+	grep -q "^kvmstats_plan_zero_pages{pid=\"$ANON\",name=\"plan-anon\",method=\"pagemap\"} " "$TMP/m.txt"
+age=$(awk '/^kvmstats_plan_age_seconds / { print $2 }' "$TMP/m.txt")
+check "the served plan's age is a gauge (${age:-none} s)" awk -v a="$age" 'BEGIN { exit !(a != "" && a >= 0 && a < 10) }'
+xfer=$(gauge "$TMP/m.txt" kvmstats_plan_predicted_transfer_bytes $ANON)
+check "the VM's predicted transfer is above 0 (${xfer:-none} bytes)" awk -v x="$xfer" 'BEGIN { exit !(x + 0 > 0) }'
+
+curl -sS --max-time 10 -H 'Accept: application/openmetrics-text;version=1.0.0' "$URL" >"$TMP/om.txt"
+check "OpenMetrics: the plan gauges, a UNIT for bytes, # EOF last" bash -c "
+	grep -q '^kvmstats_plan_zero_pages{pid=\"$ANON\",' '$TMP/om.txt' &&
+	grep -Pzq '# TYPE kvmstats_plan_predicted_transfer_bytes gauge\n# UNIT kvmstats_plan_predicted_transfer_bytes bytes\n' '$TMP/om.txt' &&
+	[ \"\$(tail -n 1 '$TMP/om.txt')\" = '# EOF' ]"
+check "OpenMetrics: the rounds counter's TYPE has no _total, its sample has" bash -c "
+	grep -q '^# TYPE kvmstats_plan_rounds counter$' '$TMP/om.txt' &&
+	grep -q '^kvmstats_plan_rounds_total [1-9]' '$TMP/om.txt'"
+
+# ---- capabilities: the plan works after the drop --------------------------------
+# CAP_DAC_READ_SEARCH (2), CAP_SYS_PTRACE (19) and, with the planner,
+# CAP_CHECKPOINT_RESTORE (40).
+if [ "$(id -u)" = 0 ]; then
+	eff=$(awk '/^CapEff/ {print $2}' /proc/$MAIN/status)
+	bnd=$(awk '/^CapBnd/ {print $2}' /proc/$MAIN/status)
+	check "with --plan-interval serve keeps CAP_CHECKPOINT_RESTORE too, nothing else ($eff, $bnd)" \
+		[ "$eff" = 0000010000080004 -a "$bnd" = 0000010000080004 ]
+else
+	skip "capabilities" "not running as root"
+fi
+for vm in anon:$ANON memfd:$MEMFD; do
+	name=${vm%%:*} pid=${vm#*:}
+	"$KVMSTATS" plan --pid $pid --method pagemap --interval 0 --json >"$TMP/plan-$name.json" 2>"$TMP/plan-$name.err"
+	curl -sS --max-time 10 "$URL" >"$TMP/m-$name.txt"
+	pages=$(jq -r '.vms[0].pages // empty' "$TMP/plan-$name.json")
+	tol=$(( ${pages:-0} / 200 > 64 ? ${pages:-0} / 200 : 64 ))
+	for k in zero nonzero unknown; do
+		want=$(jq -r ".vms[0].${k}_pages // empty" "$TMP/plan-$name.json")
+		have=$(gauge "$TMP/m-$name.txt" kvmstats_plan_${k}_pages $pid)
+		check "$name VM: serve's $k pages agree with kvmstats plan's ($have vs $want, +-$tol)" \
+			near "$have" "$want" $tol
+	done
+done
+have=$(gauge "$TMP/m-memfd.txt" kvmstats_plan_unknown_pages $MEMFD)
+check "memfd VM: no page is unknown to serve after the drop (${have:-none})" [ "$have" = 0 ]
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	setpriv --inh-caps=-all --bounding-set=-all,+sys_ptrace,+dac_read_search \
+		"$KVMSTATS" plan --pid $MEMFD --method pagemap --interval 0 --json >"$TMP/nocr.json" 2>/dev/null
+	u=$(jq -r '.vms[0].unknown_pages // 0' "$TMP/nocr.json")
+	check "... while without CAP_CHECKPOINT_RESTORE its unmapped pages would be unknown ($u): why it is kept" \
+		[ "$u" -gt 1000 ]
+fi
+
+# ---- a real Prometheus scrapes the gauges (OpenMetrics) -------------------------
+if command -v prometheus >/dev/null; then
+	PROM_PORT=""
+	for i in $(seq 50); do
+		p=$((20000 + RANDOM % 20000))
+		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { PROM_PORT=$p; break; }
+	done
+	cat >"$TMP/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: kvmstats
+    static_configs:
+      - targets: ['$ADDR']
+EOF
+	prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/tsdb" \
+		--web.listen-address=127.0.0.1:$PROM_PORT --log.level=warn >"$TMP/prometheus.log" 2>&1 &
+	PROM=$!
+	track $PROM
+	q() {
+		curl -sS --max-time 5 --data-urlencode "query=$1" \
+			"http://127.0.0.1:$PROM_PORT/api/v1/query" 2>/dev/null | jq -r '.data.result[0].value[1] // empty'
+	}
+	v=""
+	for i in $(seq 60); do
+		v=$(q "kvmstats_plan_predicted_transfer_bytes{pid=\"$ANON\"}")
+		[ -n "$v" ] && break
+		kill -0 $PROM 2>/dev/null || break
+		sleep 0.5
+	done
+	check "Prometheus answers a query on the predicted transfer (${v:-none} bytes)" \
+		awk -v x="$v" 'BEGIN { exit !(x + 0 > 0) }'
+	health=$(curl -sS --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/targets" |
+		jq -r '.data.activeTargets[0] | "\(.health) \(.lastError)"')
+	om=$(q 'kvmstats_scrapes_total{format="openmetrics"}')
+	check "... having parsed every OpenMetrics scrape ('$health', ${om:-0} scrapes)" \
+		[ "$health" = "up " -a "${om%.*}" -gt 0 ]
+	kill $PROM
+	wait $PROM 2>/dev/null
+else
+	skip "a real Prometheus" "prometheus is not installed"
+fi
+
+# ---- a slow scan neither slows the scrapes nor delays a stop ----------------------
+# About 54 MiB of present pages at 4 MiB/s: the first round scans for ~13 s.
+if start_serve scan --pid $ANON --plan-interval 1 --plan-method scan --plan-rate 4 \
+	--plan-dirty-interval 0; then
+	SCAN=$SERVE_PID
+	sleep 1
+	worst=0 under=0
+	for i in $(seq 10); do
+		t=$(curl -sS --max-time 10 -o "$TMP/s.txt" -w '%{time_total}' "$URL")
+		grep -q '^kvmstats_plan_running 1$' "$TMP/s.txt" &&
+			grep -q '^kvmstats_plan_rounds_total 0$' "$TMP/s.txt" && under=$((under + 1))
+		worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
+		sleep 0.2
+	done
+	check "10 scrapes during the scan ($under saw it under way), the slowest in $worst s" \
+		awk -v w="$worst" -v u=$under 'BEGIN { exit !(u == 10 && w < 0.5) }'
+	stop_timed $SCAN
+	check "SIGTERM mid-scan stops serve in $MS ms, exit $RC" [ $MS -lt 3000 -a $RC = 0 ]
+else
+	fail "serve --plan-method scan" "did not start"
+fi
+
+# ---- a VM that exits ---------------------------------------------------------------
+r0=$(awk '/^kvmstats_plan_rounds_total / { print $2 }' "$TMP/m-memfd.txt")
+kill -TERM $MEMFD
+wait $MEMFD 2>/dev/null
+gone=0
+for i in $(seq 40); do
+	curl -sS --max-time 10 "$MAIN_URL" >"$TMP/x.txt"
+	grep -q '^kvmstats_plan_rounds_total ' "$TMP/x.txt" &&
+		[ -z "$(gauge "$TMP/x.txt" kvmstats_plan_zero_pages $MEMFD)" ] && { gone=1; break; }
+	sleep 0.25
+done
+check "the exited VM's plan gauges are gone" [ $gone = 1 ]
+check "the other VM is still planned" [ -n "$(gauge "$TMP/x.txt" kvmstats_plan_zero_pages $ANON)" ]
+sleep 1.5
+curl -sS --max-time 10 "$MAIN_URL" >"$TMP/x2.txt"
+r1=$(awk '/^kvmstats_plan_rounds_total / { print $2 }' "$TMP/x2.txt")
+check "rounds go on ($r0 -> $r1)" [ "${r1:-0}" -gt "${r0:-0}" ]
+check "no warning about the VM that exited" bash -c "! grep -q 'plan: .*$MEMFD' '$TMP/main.err'"
+grep 'plan:' "$TMP/main.err" | sed 's/^/# serve: /'
+
+stop_timed $MAIN
+check "SIGTERM stops serve and its planner in $MS ms, exit $RC" [ $MS -lt 3000 -a $RC = 0 ]
+kill -0 $ANON && pass "QEMU ran on, untouched" || fail "QEMU" "QEMU died"
