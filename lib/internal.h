@@ -89,6 +89,12 @@ int ks_vmm_pidfd_open(struct kvmstats_vmm *v);
 int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v);
 int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 		   struct kvmstats_reader *r);
+/* The VM a vCPU's fd belongs to: the VM whose fd comes last before it in
+ * the VMM's fd order (VMMs create a VM, then its vCPUs); the first VM when
+ * none comes before; NULL when there is no VM yet. */
+struct kvmstats_vm *ks_vmm_owner_vm(struct kvmstats_vmm *v, int fd);
+/* Read a small /proc file whole, NUL-terminated; bytes read or -errno. */
+ssize_t ks_read_small(const char *path, char *buf, size_t len);
 void ks_vm_free(struct kvmstats_vm *vm);
 
 /* Give an ops reader (kvmstats_reader__open_ops) the id its target would

@@ -122,8 +122,7 @@ int kvmstats_proc__kvm_fds(pid_t pid, struct kvmstats_proc_fd **out)
 	return (int)n;
 }
 
-/* Read a small /proc file whole; returns bytes read or -errno. */
-static ssize_t read_small(const char *path, char *buf, size_t len)
+ssize_t ks_read_small(const char *path, char *buf, size_t len)
 {
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -165,7 +164,7 @@ int kvmstats_proc__name(pid_t pid, char *buf, size_t len)
 	if (!len)
 		return -EINVAL;
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	n = read_small(path, cmd, sizeof(cmd));
+	n = ks_read_small(path, cmd, sizeof(cmd));
 	for (ssize_t i = 0; n > 0 && i < n;) {
 		const char *arg = cmd + i;
 		size_t alen = strlen(arg);
@@ -177,7 +176,7 @@ int kvmstats_proc__name(pid_t pid, char *buf, size_t len)
 			return 0;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-	n = read_small(path, cmd, sizeof(cmd));
+	n = ks_read_small(path, cmd, sizeof(cmd));
 	if (n < 0)
 		return n == -ENOENT ? -ESRCH : (int)n;
 	cmd[strcspn(cmd, "\n")] = 0;

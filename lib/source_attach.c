@@ -164,24 +164,13 @@ static ssize_t read_proc(pid_t pid, pid_t tid, const char *file, char *buf,
 			 size_t len)
 {
 	char path[80];
-	ssize_t n;
-	int fd;
 
 	if (tid)
 		snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", (int)pid,
 			 (int)tid, file);
 	else
 		snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, len - 1);
-	if (n < 0)
-		n = -errno;
-	else
-		buf[n] = 0;
-	close(fd);
-	return n;
+	return ks_read_small(path, buf, len);
 }
 
 /* The number after "Key:" in a status file, or @dflt. */
@@ -665,19 +654,6 @@ static struct kvmstats_reader *open_reader(struct pass *ps, struct job *j)
 	return r;
 }
 
-/* The VM a vCPU fd belongs to: the last VM fd before it (VMMs create a
- * VM, then its vCPUs), as the fd source groups stats fds. */
-static struct kvmstats_vm *owner_vm(struct kvmstats_vmm *v, int fd)
-{
-	struct kvmstats_vm *best = NULL;
-
-	for (size_t i = 0; i < v->nvms; i++)
-		if (v->vms[i]->remote_fd < fd &&
-		    (!best || v->vms[i]->remote_fd > best->remote_fd))
-			best = v->vms[i];
-	return best ? best : v->nvms ? v->vms[0] : NULL;
-}
-
 static int add_vm_result(struct pass *ps, struct job *j)
 {
 	struct kvmstats_vm *vm = vm_of_fd(ps->v, j->fd);
@@ -699,7 +675,7 @@ static int add_vm_result(struct pass *ps, struct job *j)
 
 static int add_vcpu_result(struct pass *ps, struct job *j)
 {
-	struct kvmstats_vm *vm = owner_vm(ps->v, j->fd);
+	struct kvmstats_vm *vm = ks_vmm_owner_vm(ps->v, j->fd);
 	struct kvmstats_reader *r = open_reader(ps, j);
 
 	if (!r)

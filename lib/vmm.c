@@ -142,9 +142,7 @@ static struct kvmstats_reader *grab(struct kvmstats_ctx *ctx,
 	return r;
 }
 
-/* The VM a vCPU stats fd belongs to: the last VM stats fd before it in fd
- * order (VMMs create a VM, then its vCPUs). */
-static struct kvmstats_vm *owner_vm(struct kvmstats_vmm *v, int fd)
+struct kvmstats_vm *ks_vmm_owner_vm(struct kvmstats_vmm *v, int fd)
 {
 	struct kvmstats_vm *best = NULL;
 
@@ -188,7 +186,7 @@ static int take_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v,
 		r = grab(ctx, v, f->fd);
 		if (!r)
 			continue;
-		vm = owner_vm(v, f->fd);
+		vm = ks_vmm_owner_vm(v, f->fd);
 		/* vCPU fds and no VM fd: a VM we cannot read itself. */
 		if (!vm)
 			vm = kvmstats_vmm__add_vm(v, NULL);
