@@ -68,7 +68,8 @@ $(O)/cli/%.o: cli/%.c $(HDRS) | $(O)/cli
 $(O)/libkvmstats.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(O)/libkvmstats.map: $(wildcard include/*.h) scripts/mkmap.sh | $(O)
+$(O)/libkvmstats.map: $(wildcard include/*.h) scripts/mkmap.sh
+	@mkdir -p $(@D)
 	scripts/mkmap.sh $(wildcard include/*.h) > $@
 
 $(O)/libkvmstats.so: $(LIB_OBJ) $(O)/libkvmstats.map
@@ -78,7 +79,8 @@ $(O)/libkvmstats.so: $(LIB_OBJ) $(O)/libkvmstats.map
 	ln -sf libkvmstats.so.$(VERSION) $@.$(SOVER)
 	ln -sf libkvmstats.so.$(VERSION) $@
 
-$(O)/libkvmstats.pc: lib/libkvmstats.pc.in | $(O)
+$(O)/libkvmstats.pc: lib/libkvmstats.pc.in
+	@mkdir -p $(@D)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@REQUIRES@|$(LIB_PKGS)|' $< > $@
 
@@ -106,7 +108,8 @@ $(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 		$(shell pkg-config --cflags $(LIB_PKGS)) \
 		-fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LIB_LIBS)
 
-$(O) $(O)/lib $(O)/cli $(O)/tests $(O)/bench $(O)/fuzz:
+# (not $(O) itself: with O=build it would be the `build` target)
+$(O)/lib $(O)/cli $(O)/tests $(O)/bench $(O)/fuzz:
 	mkdir -p $@
 
 unit: $(UNIT_BIN)

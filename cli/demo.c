@@ -127,13 +127,15 @@ static void plan(struct demo *d, long nvms)
 	static const struct guest specs[MAX_GUESTS] = {
 		{"demo workload",
 		 "",
-		 {"--vcpus", "2", "--workload", "demo", NULL}},
+		 {"--name", "demo", "--vcpus", "2", "--workload", "demo", NULL}},
 		{"demo workload, in-kernel irqchip",
 		 "",
-		 {"--vcpus", "2", "--workload", "demo", "--irqchip", NULL}},
+		 {"--name", "demo-irqchip", "--vcpus", "2", "--workload", "demo",
+		  "--irqchip", NULL}},
 		{"dirtying memory",
 		 "",
-		 {"--vcpus", "1", "--workload", "dirty", "--pages", "64",
+		 {"--name", "demo-dirty", "--vcpus", "1", "--workload", "dirty",
+		  "--pages", "64",
 		  "--pass-hz", "20", NULL}},
 	};
 

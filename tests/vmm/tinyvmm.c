@@ -93,7 +93,8 @@ static void usage(FILE *f)
 	      "  --ready FILE       write FILE when ready\n"
 	      "  --save DIR         when ready, save every held stats fd to DIR/vmI[-vcpuJ].bin\n"
 	      "  --timeout S        exit after S seconds (default 600)\n"
-	      "  --verbose          say what is happening on stderr\n",
+	      "  --verbose          say what is happening on stderr\n"
+	      "  --name NAME        a name for tools to show (like QEMU's -name)\n",
 	      f);
 }
 
@@ -116,6 +117,7 @@ enum {
 	OPT_VMS = 256, OPT_VCPUS, OPT_EXITS, OPT_PAGES, OPT_HALTS, OPT_HALT_US,
 	OPT_MODE, OPT_WORKLOAD, OPT_PASS_HZ, OPT_IRQCHIP, OPT_HOLD_STATS,
 	OPT_NO_RUN, OPT_READY, OPT_SAVE, OPT_TIMEOUT, OPT_VERBOSE, OPT_HELP,
+	OPT_NAME,
 };
 
 static const struct option long_opts[] = {
@@ -135,6 +137,7 @@ static const struct option long_opts[] = {
 	{ "save", required_argument, NULL, OPT_SAVE },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "verbose", no_argument, NULL, OPT_VERBOSE },
+	{ "name", required_argument, NULL, OPT_NAME },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -216,6 +219,9 @@ static int parse_one(struct opts *o, int c, const char *arg)
 		return 0;
 	case OPT_VERBOSE:
 		o->verbose = true;
+		return 0;
+	case OPT_NAME:
+		/* Only shown: tools read it from our command line, as QEMU's. */
 		return 0;
 	}
 	return tv_fail("bad option (try --help)");
