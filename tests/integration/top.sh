@@ -259,13 +259,13 @@ check "demo stopped every guest it started" test "$left" = 0
 
 # demo with its top: q ends both.
 TM new-session -d -s top -x 80 -y 24 "$KVMSTATS demo --vms 2; echo rc=\$? >$TMP/demo.rc; sleep 60"
-if wait_screen "^ +[0-9]+ tinyvmm" 20; then
+if wait_screen "^ +[0-9]+ demo" 20; then
 	pass "demo opens top on its guests"
 else
 	fail "demo opens top on its guests" "$(screen | head -5)"
 fi
-DPIDS=$(screen | awk '$2 ~ /^tinyvmm/ { print $1 }' | sort -u)
-check "demo --vms 2 runs two tinyvmm VMs" test "$(screen | grep -c ' tinyvmm')" = 2
+DPIDS=$(screen | awk '$2 ~ /^demo/ { print $1 }' | sort -u)
+check "demo --vms 2 runs two VMs (demo, demo-irqchip)" test "$(screen | grep -Ec ' demo(-irqchip)? ')" = 2
 TM send-keys -t top q
 wait_file "$TMP/demo.rc" 10
 check "demo exits 0 after q" grep -q "rc=0" "$TMP/demo.rc"
