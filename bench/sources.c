@@ -14,7 +14,9 @@
  * (per thread, minus what each burnt idle, measured first; a vCPU thread
  * that spins in its guest is left out), and the age of the data served.
  * A source that cannot serve the VM here (libvirt without a libvirt
- * domain, debugfs not mounted, ...) is skipped and the reason said. Ratios are against the fd source, measured in this run.
+ * domain, ...) is skipped and the reason said. debugfs, when the host
+ * has not mounted it, is mounted in a mount namespace of this bench's own
+ * (the host's mounts stay as they are). Ratios are against the fd source, measured in this run.
  * Attach is opened a few more times for the distribution of hold times.
  */
 #include <dirent.h>
@@ -25,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -437,6 +441,18 @@ static void print_results(const struct result *r, size_t n)
 	       "the VMM's)\n", VCPUS);
 }
 
+/* debugfs for this process only, when the host has not mounted it. */
+static void private_debugfs(void)
+{
+	if (!access("/sys/kernel/debug/kvm", F_OK))
+		return;
+	if (unshare(CLONE_NEWNS) ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL))
+		fprintf(stderr, "bench/sources: no private debugfs: %s\n",
+			strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	int sweeps = argc > 1 ? atoi(argv[1]) : 200;
@@ -460,6 +476,7 @@ int main(int argc, char **argv)
 	}
 	if (sweeps < 10)
 		sweeps = 10;
+	private_debugfs();
 	if (!mkdtemp(tmpdir))
 		return 1;
 	have_tmpdir = true;
