@@ -12,20 +12,31 @@
  *
  * QEMU serves one client per monitor socket; a second connection is
  * queued in the socket's backlog and greeted only once the first client
- * leaves, so it would only wait for its deadline. The kernel lists the
- * connection QEMU accepted in /proc/net/unix (connected, with the
- * socket's path, unlike one still queued), so a busy monitor is told
- * before connecting, at once, rather than taken for a hung one.
+ * leaves, so it would only wait for its deadline. A QEMU that is free
+ * greets at once, so a connection is tried first; only when no greeting
+ * comes quickly do we look why. The kernel tells (sock_diag) whether
+ * QEMU accepted our connection: if it did, the monitor is slow or hung.
+ * If it is still queued, /proc/net/unix lists the connection QEMU
+ * accepted instead (connected, with the socket's path, unlike one still
+ * queued): another client holds the monitor, and it is reported busy
+ * at once rather than taken for a hung one. That file lists every Unix
+ * socket of the host, so it is read only then, or before connecting
+ * when the caller expects a busy monitor.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -37,6 +48,17 @@
  * is about 1.5 MiB). */
 #define QMP_MAX_MSG (64u << 20)
 #define QMP_CHUNK 65536u
+/* A free monitor greets within a millisecond or two; past this we look
+ * why it does not. */
+#define QMP_QUICK_NS (20 * 1000000ull)
+/* How long another client may hold the monitor before it is busy: a
+ * client that just left (one of our own polls, another kvmstats) is gone
+ * once QEMU read its EOF, a matter of milliseconds. */
+#define QMP_GRACE_STEP_NS (20 * 1000000ull)
+#define QMP_GRACE_STEPS 5
+/* Cancelled with commands under way, how long their answers are awaited
+ * (a poll's answers take a few milliseconds). */
+#define QMP_DRAIN_NS (50 * 1000000ull)
 
 struct ks_qmp {
 	int fd;
@@ -45,7 +67,8 @@ struct ks_qmp {
 	char *buf;		/* bytes read and not yet given to the tokener */
 	size_t len;
 	size_t msg_bytes;	/* bytes of the object being parsed */
-	unsigned int next_id;
+	int64_t next_id;	/* from a random base: see qmp_new() */
+	bool caps_pending;	/* qmp_capabilities goes with the first batch */
 };
 
 static uint64_t now_ns(void)
@@ -75,13 +98,14 @@ static void set_err(char *err, size_t errsz, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Wait for @events on the socket until @deadline; 0, -ETIMEDOUT,
- * -ECANCELED (the cancel fd turned readable) or -errno. */
-static int wait_fd(const struct ks_qmp *q, short events, uint64_t deadline)
+/* Wait for @events on @fd (-1: none, a nap) until @deadline; 0,
+ * -ETIMEDOUT, -ECANCELED (the cancel fd turned readable) or -errno. */
+static int wait_fd(const struct ks_qmp *q, int fd, short events,
+		   uint64_t deadline)
 {
 	for (;;) {
 		struct pollfd p[2] = {
-			{ .fd = q->fd, .events = events },
+			{ .fd = fd, .events = events },
 			{ .fd = q->cancel_fd, .events = POLLIN },
 		};
 		uint64_t now = now_ns();
@@ -91,7 +115,7 @@ static int wait_fd(const struct ks_qmp *q, short events, uint64_t deadline)
 			return -ETIMEDOUT;
 		/* Round up: a 0 ms poll would spin until the deadline. */
 		ms = (int)((deadline - now + 999999) / 1000000);
-		n = poll(p, q->cancel_fd >= 0 ? 2 : 1, ms);
+		n = poll(p, 2, ms);
 		if (n > 0 && p[1].revents)
 			return -ECANCELED;
 		if (n > 0)
@@ -99,6 +123,11 @@ static int wait_fd(const struct ks_qmp *q, short events, uint64_t deadline)
 		if (n < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
 }
 
 /* Where @path is for us: a path on @pid's command line is relative to
@@ -182,20 +211,6 @@ static bool busy_stat(const struct stat *st, pid_t pid)
 	return busy;
 }
 
-/* Busy now, and still after a short grace: a client that just left is
- * gone once QEMU read its EOF, a matter of milliseconds. */
-static bool wait_free(const struct stat *st, pid_t pid, uint64_t deadline)
-{
-	for (int i = 0; i < 5; i++) {
-		if (!busy_stat(st, pid))
-			return false;
-		if (now_ns() + 20000000ull >= deadline)
-			break;
-		usleep(20000);
-	}
-	return true;
-}
-
 static int send_all(struct ks_qmp *q, const char *s, size_t len,
 		    uint64_t deadline)
 {
@@ -214,7 +229,7 @@ static int send_all(struct ks_qmp *q, const char *s, size_t len,
 			continue;
 		if (n < 0 && errno != EAGAIN)
 			return errno == EPIPE ? -ECONNRESET : -errno;
-		err = wait_fd(q, POLLOUT, deadline);
+		err = wait_fd(q, q->fd, POLLOUT, deadline);
 		if (err)
 			return err;
 	}
@@ -269,7 +284,7 @@ static int read_msg(struct ks_qmp *q, uint64_t deadline,
 			continue;
 		if (errno != EAGAIN)
 			return -errno;
-		err = wait_fd(q, POLLIN, deadline);
+		err = wait_fd(q, q->fd, POLLIN, deadline);
 		if (err)
 			return err;
 	}
@@ -286,7 +301,7 @@ static const char *error_desc(struct json_object *msg)
 }
 
 /* Wait for the reply to command @id, skipping events and stale replies. */
-static int await_reply(struct ks_qmp *q, unsigned int id, uint64_t deadline,
+static int await_reply(struct ks_qmp *q, int64_t id, uint64_t deadline,
 		       struct json_object **ret, char *err, size_t errsz)
 {
 	for (;;) {
@@ -297,7 +312,8 @@ static int await_reply(struct ks_qmp *q, unsigned int id, uint64_t deadline,
 			return e;
 		if (!json_object_is_type(msg, json_type_object) ||
 		    !json_object_object_get_ex(msg, "id", &v) ||
-		    (unsigned int)json_object_get_int64(v) != id) {
+		    !json_object_is_type(v, json_type_int) ||
+		    json_object_get_int64(v) != id) {
 			json_object_put(msg);	/* an event, or a late reply */
 			continue;
 		}
@@ -313,47 +329,124 @@ static int await_reply(struct ks_qmp *q, unsigned int id, uint64_t deadline,
 	}
 }
 
-int ks_qmp_call(struct ks_qmp *q, const char *cmd, struct json_object *args,
-		uint64_t deadline_ns, struct json_object **ret, char *err,
-		size_t errsz)
+static int send_cmd(struct ks_qmp *q, const struct ks_qmp_cmd *c,
+		    int64_t id, uint64_t deadline)
 {
 	struct json_object *req = json_object_new_object();
-	unsigned int id = ++q->next_id;
 	const char *s;
 	int e;
 
-	if (ret)
-		*ret = NULL;
 	if (!req)
 		return -ENOMEM;
-	json_object_object_add(req, "execute", json_object_new_string(cmd));
-	if (args)
-		json_object_object_add(req, "arguments", json_object_get(args));
+	json_object_object_add(req, "execute", json_object_new_string(c->cmd));
+	if (c->args)
+		json_object_object_add(req, "arguments", json_object_get(c->args));
 	json_object_object_add(req, "id", json_object_new_int64(id));
 	s = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-	e = send_all(q, s, strlen(s), deadline_ns);
+	e = s ? send_all(q, s, strlen(s), deadline) : -ENOMEM;
 	if (!e)
-		e = send_all(q, "\n", 1, deadline_ns);
+		e = send_all(q, "\n", 1, deadline);
 	json_object_put(req);
-	if (!e)
-		e = await_reply(q, id, deadline_ns, ret, err, errsz);
+	return e;
+}
+
+/* Cancelled while the commands @from to @last are under way: QEMU runs
+ * them anyway, and an answer ready after we left could go to the next
+ * client, the operator's tool. Take the answers, for a short while. */
+static void drain(struct ks_qmp *q, int64_t from, int64_t last,
+		  uint64_t deadline)
+{
+	int cancel_fd = q->cancel_fd;
+
+	deadline = min_u64(deadline, now_ns() + QMP_DRAIN_NS);
+	q->cancel_fd = -1;
+	for (int64_t id = from; id <= last; id++) {
+		int e = await_reply(q, id, deadline, NULL, NULL, 0);
+
+		if (e && e != -EREMOTEIO)
+			break;
+	}
+	q->cancel_fd = cancel_fd;
+}
+
+int ks_qmp_batch(struct ks_qmp *q, struct ks_qmp_cmd *cmds, size_t n,
+		 uint64_t deadline_ns, char *err, size_t errsz)
+{
+	const struct ks_qmp_cmd caps = { .cmd = "qmp_capabilities" };
+	int64_t caps_id = 0, first, id = 0;
+	const char *what = caps.cmd;
+	size_t i;
+	int e = 0;
+
+	for (i = 0; i < n; i++)
+		cmds[i].ret = NULL;
+	/* All sent in one go: QEMU runs them in order. */
+	if (q->caps_pending) {
+		caps_id = ++q->next_id;
+		e = send_cmd(q, &caps, caps_id, deadline_ns);
+		q->caps_pending = false;
+	}
+	first = q->next_id + 1;
+	for (i = 0; i < n && !e; i++) {
+		what = cmds[i].cmd;
+		e = send_cmd(q, &cmds[i], ++q->next_id, deadline_ns);
+	}
+	if (e)
+		goto out;
+	if (caps_id) {
+		id = caps_id;
+		what = caps.cmd;
+		e = await_reply(q, id, deadline_ns, NULL, err, errsz);
+	}
+	for (i = 0; i < n && !e; i++) {
+		id = first + (int64_t)i;
+		what = cmds[i].cmd;
+		e = await_reply(q, id, deadline_ns, &cmds[i].ret, err, errsz);
+	}
+	if (e == -ECANCELED)
+		drain(q, id, q->next_id, deadline_ns);
+out:
 	if (e && e != -EREMOTEIO)
-		set_err(err, errsz, "%s: %s", cmd,
+		set_err(err, errsz, "%s: %s", what,
 			e == -ETIMEDOUT ? "no reply in time (hung monitor?)"
 					: strerror(-e));
 	return e;
 }
 
+int ks_qmp_call(struct ks_qmp *q, const char *cmd, struct json_object *args,
+		uint64_t deadline_ns, struct json_object **ret, char *err,
+		size_t errsz)
+{
+	struct ks_qmp_cmd c = { .cmd = cmd, .args = args };
+	int e = ks_qmp_batch(q, &c, 1, deadline_ns, err, errsz);
+
+	if (ret)
+		*ret = c.ret;
+	else
+		json_object_put(c.ret);
+	return e;
+}
+
+/* The greeting. An answer or event before it is skipped: QEMU sends the
+ * answer to a command still running when its client left to the next
+ * client. */
 static int greeting(struct ks_qmp *q, uint64_t deadline)
 {
-	struct json_object *msg = NULL;
-	int err = read_msg(q, deadline, &msg);
+	for (;;) {
+		struct json_object *msg = NULL;
+		int err = read_msg(q, deadline, &msg);
+		bool stale;
 
-	if (err)
-		return err;
-	err = json_object_object_get_ex(msg, "QMP", NULL) ? 0 : -EPROTO;
-	json_object_put(msg);
-	return err;
+		if (err)
+			return err;
+		err = json_object_object_get_ex(msg, "QMP", NULL) ? 0 : -EPROTO;
+		stale = json_object_object_get_ex(msg, "return", NULL) ||
+			json_object_object_get_ex(msg, "error", NULL) ||
+			json_object_object_get_ex(msg, "event", NULL);
+		json_object_put(msg);
+		if (!stale)
+			return err;
+	}
 }
 
 static struct ks_qmp *qmp_new(void)
@@ -364,6 +457,13 @@ static struct ks_qmp *qmp_new(void)
 		return NULL;
 	q->fd = -1;
 	q->cancel_fd = -1;
+	/* Ids nobody else uses: an answer meant for another client (one
+	 * that left while its command ran) is never taken for ours. */
+	if (getrandom(&q->next_id, sizeof(q->next_id), GRND_NONBLOCK) !=
+	    sizeof(q->next_id))
+		q->next_id = (int64_t)now_ns();
+	/* Positive, with room to count up. */
+	q->next_id = (int64_t)((uint64_t)q->next_id >> 2);
 	q->buf = malloc(QMP_CHUNK);
 	q->tok = json_tokener_new();
 	if (!q->buf || !q->tok) {
@@ -373,42 +473,176 @@ static struct ks_qmp *qmp_new(void)
 	return q;
 }
 
+/* Free, or busy even after a short grace (a client that just left). */
+static int wait_free(const struct ks_qmp *q, const struct stat *st, pid_t pid,
+		     uint64_t deadline)
+{
+	for (int i = 0; i < QMP_GRACE_STEPS; i++) {
+		int e;
+
+		if (!busy_stat(st, pid))
+			return 0;
+		e = wait_fd(q, -1, 0, min_u64(now_ns() + QMP_GRACE_STEP_NS,
+					      deadline));
+		if (e != -ETIMEDOUT)
+			return e;
+		if (now_ns() >= deadline)
+			break;
+	}
+	return -EBUSY;
+}
+
+/* Is the other end of our connection accepted, or still queued in the
+ * listener's backlog? 1 or 0; -errno when the kernel cannot tell (no
+ * sock_diag). The peer of a queued connection has no inode until
+ * accept() gives it one. */
+static int peer_accepted(int fd)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct unix_diag_req req;
+	} msg = {
+		.nlh = { .nlmsg_len = sizeof(msg),
+			 .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST },
+		/* ~0: any cookie (INET_DIAG_NOCOOKIE). */
+		.req = { .sdiag_family = AF_UNIX, .udiag_show = UDIAG_SHOW_PEER,
+			 .udiag_cookie = { ~0u, ~0u } },
+	};
+	union {
+		struct nlmsghdr h;
+		unsigned char b[1024];
+	} buf;
+	struct unix_diag_msg *m;
+	struct rtattr *rta;
+	struct stat st;
+	ssize_t n;
+	int len, nl, e = -ENOENT;
+
+	if (fstat(fd, &st))
+		return -errno;
+	msg.req.udiag_ino = (uint32_t)st.st_ino;
+	nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	/* The kernel answers within send(): nothing to wait for. */
+	n = send(nl, &msg, sizeof(msg), 0) == sizeof(msg) ?
+		    recv(nl, &buf, sizeof(buf), MSG_DONTWAIT) : -1;
+	if (n < 0)
+		e = -errno;
+	else if (!NLMSG_OK(&buf.h, (size_t)n) ||
+		 buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY)
+		e = -EPROTO;	/* NLMSG_ERROR: no such socket, no diag */
+	close(nl);
+	if (e != -ENOENT)
+		return e;
+	m = NLMSG_DATA(&buf.h);
+	len = (int)buf.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m));
+	for (rta = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof(*m)));
+	     RTA_OK(rta, len);
+	     rta = RTA_NEXT(rta, len))
+		if (rta->rta_type == UNIX_DIAG_PEER &&
+		    RTA_PAYLOAD(rta) >= sizeof(uint32_t))
+			return *(uint32_t *)RTA_DATA(rta) != 0;
+	return -ENOENT;
+}
+
 static int sock_connect(struct ks_qmp *q, int pathfd)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
+	if (q->fd >= 0)
+		close(q->fd);
 	/* Through /proc/self/fd: works for paths longer than sun_path. */
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pathfd);
 	q->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (q->fd < 0)
 		return -errno;
 	if (connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)))
-		return errno == EAGAIN ? -EBUSY : -errno;
+		return -errno;
 	return 0;
 }
 
-static int handshake(struct ks_qmp *q, const char *path, uint64_t deadline,
-		     char *err, size_t errsz)
+/* Connect; a full backlog (EAGAIN) is tried again until @deadline. QEMU
+ * takes no connection while it serves a client, so a full backlog is a
+ * busy monitor, or one that accepts nothing: -EAGAIN then. */
+static int connect_sock(struct ks_qmp *q, int pathfd, const struct stat *st,
+			pid_t pid, uint64_t deadline)
 {
-	char why[200] = "";
-	int e = greeting(q, deadline);
+	bool looked = false;
 
-	if (e) {
-		set_err(err, errsz, "QMP socket %s: %s", path,
-			e == -ETIMEDOUT ? "no greeting in time (hung monitor?)" :
-			e == -EPROTO ? "not a QMP monitor" : strerror(-e));
-		return e;
+	for (;;) {
+		int e = sock_connect(q, pathfd);
+
+		if (e != -EAGAIN)
+			return e;
+		if (!looked && busy_stat(st, pid))
+			return -EBUSY;
+		looked = true;
+		if (now_ns() >= deadline)
+			return -EAGAIN;
+		e = wait_fd(q, -1, 0, min_u64(now_ns() + QMP_GRACE_STEP_NS,
+					      deadline));
+		if (e != -ETIMEDOUT)
+			return e;
 	}
-	e = ks_qmp_call(q, "qmp_capabilities", NULL, deadline, NULL, why,
-			sizeof(why));
-	if (e)
-		set_err(err, errsz, "QMP socket %s: %s", path, why);
-	return e;
+}
+
+/* The greeting; when it is slow to come, why: a queued connection behind
+ * another client is -EBUSY, at once rather than at the deadline. (The
+ * connection we then close stays queued until that client leaves; QEMU
+ * greets it, reads its end and drops it: nothing stays behind.) */
+static int await_greeting(struct ks_qmp *q, const struct stat *st, pid_t pid,
+			  unsigned int flags, uint64_t deadline)
+{
+	int e = greeting(q, min_u64(now_ns() + QMP_QUICK_NS, deadline));
+	int acc;
+
+	if (e != -ETIMEDOUT || now_ns() >= deadline)
+		return e;
+	acc = peer_accepted(q->fd);
+	/* Cannot tell: the monitor was free when we looked just before
+	 * connecting, so the connection it serves is most likely ours. */
+	if (acc < 0)
+		acc = flags & KS_QMP_CHECK_FIRST ? 1 : 0;
+	/* Accepted: QEMU itself is slow, or hung. */
+	if (acc)
+		return greeting(q, deadline);
+	for (int i = 0; i < QMP_GRACE_STEPS; i++) {
+		/* Queued, and nobody served: QEMU accepts nothing. */
+		if (!busy_stat(st, pid))
+			return greeting(q, deadline);
+		e = greeting(q, min_u64(now_ns() + QMP_GRACE_STEP_NS,
+					deadline));
+		if (e != -ETIMEDOUT || now_ns() >= deadline)
+			return e;
+	}
+	return -EBUSY;
+}
+
+static void connect_err(int e, const char *path, char *err, size_t errsz)
+{
+	const char *why = strerror(-e);
+
+	if (e == -EBUSY) {
+		set_err(err, errsz, "QMP socket %s is busy: another client "
+			"(libvirt?) holds the monitor", path);
+		return;
+	}
+	if (e == -ETIMEDOUT)
+		why = "no greeting in time (hung monitor?)";
+	else if (e == -EAGAIN)
+		why = "accepts no connection (hung monitor?)";
+	else if (e == -EPROTO)
+		why = "not a QMP monitor";
+	set_err(err, errsz, "QMP socket %s: %s", path, why);
 }
 
 int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
-		   int cancel_fd, uint64_t deadline_ns, char *err, size_t errsz)
+		   int cancel_fd, unsigned int flags, uint64_t deadline_ns,
+		   char *err, size_t errsz)
 {
+	char why[200] = "";
 	struct ks_qmp *q;
 	struct stat st;
 	int pathfd, e;
@@ -424,16 +658,27 @@ int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
 	if (!q)
 		goto out;
 	q->cancel_fd = cancel_fd;
-	/* Checked first: queued behind another client we would only wait
-	 * for the deadline. */
-	e = wait_free(&st, pid, deadline_ns) ? -EBUSY : sock_connect(q, pathfd);
-	if (e == -EBUSY)
-		set_err(err, errsz, "QMP socket %s is busy: another client "
-			"(libvirt?) holds the monitor", path);
-	else if (e)
-		set_err(err, errsz, "QMP socket %s: %s", path, strerror(-e));
-	else
-		e = handshake(q, path, deadline_ns, err, errsz);
+	e = 0;
+	if (flags & KS_QMP_CHECK_FIRST)
+		e = wait_free(q, &st, pid, deadline_ns);
+	if (!e)
+		e = connect_sock(q, pathfd, &st, pid, deadline_ns);
+	if (!e)
+		e = await_greeting(q, &st, pid, flags, deadline_ns);
+	if (e) {
+		connect_err(e, path, err, errsz);
+		if (e == -EAGAIN)
+			e = -ETIMEDOUT;
+		goto out;
+	}
+	if (flags & KS_QMP_LAZY_CAPS) {
+		q->caps_pending = true;
+		goto out;
+	}
+	e = ks_qmp_call(q, "qmp_capabilities", NULL, deadline_ns, NULL, why,
+			sizeof(why));
+	if (e)
+		set_err(err, errsz, "QMP socket %s: %s", path, why);
 out:
 	close(pathfd);
 	if (e) {

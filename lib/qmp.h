@@ -10,25 +10,52 @@
 
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 struct ks_qmp;
 
+enum ks_qmp_flags {
+	/* Look for another client before connecting (an open, or a monitor
+	 * found busy at the last try): a busy monitor then costs no
+	 * connection at all. Without it the look is taken only when QEMU
+	 * is slow to greet us. */
+	KS_QMP_CHECK_FIRST = 1u << 0,
+	/* Send qmp_capabilities with the first batch instead of on its
+	 * own: one round trip less for a short exchange. */
+	KS_QMP_LAZY_CAPS = 1u << 1,
+};
+
 /* Connect to the QMP socket @path (when @pid > 0, a path as @pid sees it:
  * relative to its working directory, in its mount namespace), read the
- * greeting and run qmp_capabilities. Every wait also ends when
- * @cancel_fd (-1: none) turns readable, then and in later calls with
- * -ECANCELED. Errors: -ENOENT/-ENOTSOCK (no socket there), -EBUSY
+ * greeting and run qmp_capabilities (see KS_QMP_LAZY_CAPS). Every wait
+ * also ends when @cancel_fd (-1: none) turns readable, then and in later
+ * calls with -ECANCELED. Errors: -ENOENT/-ENOTSOCK (no socket there), -EBUSY
  * (another client holds the monitor: QEMU serves one at a time),
- * -ETIMEDOUT (no answer before @deadline_ns), -ECONNREFUSED, -EPROTO (not
- * QMP); @err gets one line. */
+ * -ETIMEDOUT (no answer before @deadline, or a monitor that accepts no
+ * connection), -ECONNREFUSED, -EPROTO (not QMP); @err gets one line. */
 int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
-		   int cancel_fd, uint64_t deadline_ns, char *err, size_t errsz);
+		   int cancel_fd, unsigned int flags, uint64_t deadline_ns,
+		   char *err, size_t errsz);
+
+/* One command of a batch. */
+struct ks_qmp_cmd {
+	const char *cmd;
+	struct json_object *args;	/* NULL or an object; the caller's */
+	struct json_object *ret;	/* out: "return" (the caller puts it) */
+};
+
+/* Send @n commands at once, then read their replies in order: one round
+ * trip for all (QEMU runs them one after the other). The first error is
+ * returned; the commands before it have their ret. -EREMOTEIO when QEMU
+ * answered with an error (its text in @err); after any other error the
+ * connection must be closed. */
+int ks_qmp_batch(struct ks_qmp *q, struct ks_qmp_cmd *cmds, size_t n,
+		 uint64_t deadline_ns, char *err, size_t errsz);
 /* Run @cmd with @args (NULL or an object; the caller keeps its
  * reference). *ret (may be NULL) gets the "return" value, which the
- * caller puts. -EREMOTEIO when QEMU answered with an error (its text in
- * @err); after -ETIMEDOUT the connection must be closed. */
+ * caller puts. Errors as ks_qmp_batch(). */
 int ks_qmp_call(struct ks_qmp *q, const char *cmd, struct json_object *args,
 		uint64_t deadline_ns, struct json_object **ret, char *err,
 		size_t errsz);

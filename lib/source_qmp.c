@@ -13,12 +13,22 @@
  * schema itself is used: the layout is then exactly the kernel's, shared
  * with fd readers.
  *
+ * QEMU serves one client per monitor socket, and the operator's own tools
+ * (and libvirt, `kvmstats plan`, another kvmstats) need it too: a monitor
+ * is held only for one exchange. Open connects, reads the schemas, ids and
+ * memory size, and leaves. After that each VMM has a poller thread that,
+ * once per poll, connects, runs query-stats for the VM and the vCPUs in
+ * one round trip, and leaves: a few milliseconds per poll.
+ *
  * A monitor can be busy or hung, and a sweep must never wait on one: every
- * exchange has a deadline, and after open each VMM has a poller thread
- * that owns the connection. A read copies the poller's latest snapshot
- * (taken at most one sweep ago, its age reported by age_ns) and asks for a
- * new one; it never waits for QMP. The snapshot is guarded by a mutex held
- * only for memory copies, never across I/O.
+ * poll has a deadline, and a read copies the poller's latest snapshot
+ * (its age reported by age_ns) and asks for a new poll; it never waits
+ * for QMP. Polls follow the reads: one per read that finds none under
+ * way, none when nobody reads. A monitor another client holds at a poll
+ * is tried again at the next one while the reads keep the last values,
+ * older each time; after QMP_BUSY_POLLS such polls in a row they fail
+ * with EBUSY. The snapshot is guarded by a mutex held only for memory
+ * copies, never across I/O.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +46,9 @@
 #include "qmp.h"
 
 #define MAX_SOCKS 8
+/* Polls in a row that found the monitor held by another client before
+ * the reads fail with EBUSY rather than serve older and older values. */
+#define QMP_BUSY_POLLS 3
 
 /* The latest values of one target, laid out by its schema. */
 struct snap {
@@ -59,7 +72,6 @@ struct qmp_vmm {
 	pid_t path_pid;		/* resolve path as this process sees it, or 0 */
 	unsigned int timeout_ms;
 	struct kvmstats_schema *vm_schema, *vcpu_schema;
-	struct ks_qmp *q;	/* the poller's after open */
 	int cancel_fd;		/* eventfd: cuts the poller's waits short */
 	pthread_t thread;
 	bool thread_started;
@@ -67,11 +79,13 @@ struct qmp_vmm {
 	pthread_cond_t cond;
 	/* Under lock. */
 	bool stop, kick;
+	bool polling;		/* a poll is under way */
 	struct snap vm;
 	struct qmp_cpu *cpus;
 	size_t ncpus;
 	uint64_t time_ns;	/* when the snapshot was taken */
-	int err;		/* result of the last poll */
+	int err;		/* failure since the last good poll, or 0 */
+	unsigned int busy_polls;	/* polls in a row that found it busy */
 };
 
 /* A reader's private data: which target of the VMM it reads. */
@@ -703,22 +717,23 @@ static struct json_object *stats_args(const char *target)
 	return a;
 }
 
-/* query-stats for the VM and the vCPUs (and query-cpus-fast when @want_cpus
- * or a vCPU is new: a hot-plugged one). */
+/* query-stats for the VM and the vCPUs, in one round trip (and
+ * query-cpus-fast when @want_cpus or a vCPU is new: a hot-plugged one). */
 static int query(struct qmp_vmm *m, struct ks_qmp *q, uint64_t deadline,
 		 struct json_object **vm, struct json_object **vcpu,
 		 struct json_object **cpus, bool want_cpus, char *err,
 		 size_t errsz)
 {
-	struct json_object *a = stats_args("vm");
-	int e = ks_qmp_call(q, "query-stats", a, deadline, vm, err, errsz);
+	struct ks_qmp_cmd c[2] = {
+		{ .cmd = "query-stats", .args = stats_args("vm") },
+		{ .cmd = "query-stats", .args = stats_args("vcpu") },
+	};
+	int e = ks_qmp_batch(q, c, 2, deadline, err, errsz);
 
-	json_object_put(a);
-	if (e)
-		return e;
-	a = stats_args("vcpu");
-	e = ks_qmp_call(q, "query-stats", a, deadline, vcpu, err, errsz);
-	json_object_put(a);
+	json_object_put(c[0].args);
+	json_object_put(c[1].args);
+	*vm = c[0].ret;
+	*vcpu = c[1].ret;
 	if (e)
 		return e;
 	if (!want_cpus && !has_new_cpu(m, *vcpu))
@@ -731,27 +746,48 @@ static int query(struct qmp_vmm *m, struct ks_qmp *q, uint64_t deadline,
 
 /* ---- the poller ------------------------------------------------------- */
 
+/* Record a failed poll. Lock held. */
+static void poll_failed(struct qmp_vmm *m, int err)
+{
+	if (err != -EBUSY) {
+		m->err = err;
+		m->busy_polls = 0;
+		return;
+	}
+	/* The values are kept while they are not too old; a failure seen
+	 * before is now this one. */
+	m->busy_polls++;
+	if (m->err)
+		m->err = -EBUSY;
+}
+
+/* One poll: connect, query, leave. The monitor is held for the
+ * exchange only, and it all ends by the deadline. */
 static void poll_once(struct qmp_vmm *m)
 {
 	struct json_object *vm = NULL, *vcpu = NULL, *cpus = NULL;
 	uint64_t deadline = ks_qmp_deadline(m->timeout_ms);
-	int err = 0;
+	/* Found busy last time: look before connecting, so that a monitor
+	 * held for long has no queue of our connections. */
+	unsigned int flags = KS_QMP_LAZY_CAPS |
+			     (m->busy_polls ? KS_QMP_CHECK_FIRST : 0);
+	struct ks_qmp *q = NULL;
+	int err;
 
-	/* Reconnect after a failure: a timed-out exchange leaves the
-	 * stream out of step. */
-	if (!m->q)
-		err = ks_qmp_connect(&m->q, m->path, m->path_pid, m->cancel_fd,
-				     deadline, NULL, 0);
+	err = ks_qmp_connect(&q, m->path, m->path_pid, m->cancel_fd, flags,
+			     deadline, NULL, 0);
 	if (!err)
-		err = query(m, m->q, deadline, &vm, &vcpu, &cpus, false, NULL, 0);
-	if (err && err != -EREMOTEIO) {
-		ks_qmp_close(m->q);
-		m->q = NULL;
-	}
+		err = query(m, q, deadline, &vm, &vcpu, &cpus, false, NULL, 0);
+	ks_qmp_close(q);
 	pthread_mutex_lock(&m->lock);
 	if (!err)
 		err = publish(m, vm, vcpu, cpus);
-	m->err = err;
+	if (!err) {
+		m->err = 0;
+		m->busy_polls = 0;
+	} else if (err != -ECANCELED) {
+		poll_failed(m, err);
+	}
 	pthread_mutex_unlock(&m->lock);
 	json_object_put(vm);
 	json_object_put(vcpu);
@@ -759,7 +795,9 @@ static void poll_once(struct qmp_vmm *m)
 }
 
 /* Polls once per request: reads ask, so an idle host costs QEMU
- * nothing, and a sweep gets what was fetched after the sweep before. */
+ * nothing, and a sweep gets what was fetched after the sweep before. A
+ * request made while a poll is under way is the one that poll answers,
+ * so the readers of one sweep cause one poll, not one each. */
 static void *poller(void *arg)
 {
 	struct qmp_vmm *m = arg;
@@ -771,9 +809,11 @@ static void *poller(void *arg)
 		if (m->stop)
 			break;
 		m->kick = false;
+		m->polling = true;
 		pthread_mutex_unlock(&m->lock);
 		poll_once(m);
 		pthread_mutex_lock(&m->lock);
+		m->polling = false;
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
@@ -818,7 +858,6 @@ static void qmp_vmm_free(void *priv)
 			(void)0;	/* the counter cannot overflow here */
 		pthread_join(m->thread, NULL);
 	}
-	ks_qmp_close(m->q);
 	if (m->cancel_fd >= 0)
 		close(m->cancel_fd);
 	snap_free(&m->vm);
@@ -857,14 +896,18 @@ static int target_read(void *priv, struct kvmstats_sample *smp,
 	}
 	if (m->err)
 		err = m->err;
+	else if (m->busy_polls >= QMP_BUSY_POLLS)
+		err = -EBUSY;
 	if (!err) {
 		memcpy(smp->data, s->data, kvmstats_schema__data_size(sc));
 		memcpy(missing, s->missing,
 		       (size_t)(kvmstats_schema__num_stats(sc) + 63) / 64 * 8);
 		t->age_ns = ks_now_ns() - m->time_ns;
 	}
-	m->kick = true;
-	pthread_cond_signal(&m->cond);
+	if (!m->polling) {
+		m->kick = true;
+		pthread_cond_signal(&m->cond);
+	}
 	pthread_mutex_unlock(&m->lock);
 	return err;
 }
@@ -947,7 +990,7 @@ static int add_readers(struct qmp_vmm *m, struct kvmstats_vm *vm)
 /* ---- open ------------------------------------------------------------- */
 
 static int connect_any(const struct ks_source_args *a, struct qmp_vmm *m,
-		       pid_t pid, uint64_t deadline)
+		       pid_t pid, uint64_t deadline, struct ks_qmp **q)
 {
 	char (*socks)[PATH_MAX] = calloc(MAX_SOCKS, PATH_MAX);
 	int n, err = -ENOENT;
@@ -963,8 +1006,9 @@ static int connect_any(const struct ks_source_args *a, struct qmp_vmm *m,
 		       "give one with --qmp");
 	/* The first that answers: QEMU may have several, some in use. */
 	for (int i = 0; i < n; i++) {
-		err = ks_qmp_connect(&m->q, socks[i], as, m->cancel_fd,
-				     deadline, a->errbuf, a->errbuf_sz);
+		err = ks_qmp_connect(q, socks[i], as, m->cancel_fd,
+				     KS_QMP_CHECK_FIRST, deadline, a->errbuf,
+				     a->errbuf_sz);
 		if (!err) {
 			snprintf(m->path, sizeof(m->path), "%s", socks[i]);
 			m->path_pid = as;
@@ -1058,7 +1102,8 @@ static int make_schemas(const struct ks_source_args *a, struct qmp_vmm *m,
 
 /* Everything but the connection: schemas, first snapshot, memory. */
 static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
-		       struct kvmstats_vmm *v, uint64_t deadline)
+		       struct ks_qmp *q, struct kvmstats_vmm *v,
+		       uint64_t deadline)
 {
 	struct json_object *schemas = NULL, *vm = NULL, *vcpu = NULL,
 			   *cpus = NULL, *args = json_object_new_object();
@@ -1066,11 +1111,11 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	int err;
 
 	json_object_object_add(args, "provider", json_object_new_string("kvm"));
-	err = ks_qmp_call(m->q, "query-stats-schemas", args, deadline, &schemas,
+	err = ks_qmp_call(q, "query-stats-schemas", args, deadline, &schemas,
 			  why, sizeof(why));
 	json_object_put(args);
 	if (!err)
-		err = query(m, m->q, deadline, &vm, &vcpu, &cpus, true, why,
+		err = query(m, q, deadline, &vm, &vcpu, &cpus, true, why,
 			    sizeof(why));
 	if (err) {
 		/* QEMU before 7.1 has no query-stats. */
@@ -1082,7 +1127,7 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	if (err)
 		goto out;
 	err = publish(m, vm, vcpu, cpus);
-	v->memory_bytes = memory_size(m->q, deadline);
+	v->memory_bytes = memory_size(q, deadline);
 out:
 	json_object_put(schemas);
 	json_object_put(vm);
@@ -1098,6 +1143,7 @@ static int qmp_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 	 * the timeout once. */
 	uint64_t deadline = ks_qmp_deadline(a->opts->timeout_ms);
 	struct kvmstats_reader *r = NULL;
+	struct ks_qmp *q = NULL;
 	struct kvmstats_vm *vm;
 	char id[32];
 	int err;
@@ -1106,9 +1152,11 @@ static int qmp_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 		return -ENOMEM;
 	v->priv = m;
 	v->priv_free = qmp_vmm_free;
-	err = connect_any(a, m, v->pid, deadline);
+	err = connect_any(a, m, v->pid, deadline, &q);
 	if (!err)
-		err = first_query(a, m, v, deadline);
+		err = first_query(a, m, q, v, deadline);
+	/* The monitor is the operator's too: held only for this exchange. */
+	ks_qmp_close(q);
 	if (err)
 		return err;	/* host.c frees m through priv_free */
 	/* The kernel names a VM after the thread that created it: QEMU's
@@ -1136,8 +1184,9 @@ static int qmp_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 	return err;
 }
 
-/* Hot-plugged vCPUs: the poller saw them (query-stats lists every vCPU);
- * add their readers. Never talks to QEMU. */
+/* Hot-plugged vCPUs: the last poll saw them (query-stats lists every
+ * vCPU); add their readers. Never talks to QEMU: the poller's data is at
+ * most one poll old. */
 static int qmp_refresh(const struct ks_source_args *a, struct kvmstats_vmm *v)
 {
 	struct qmp_vmm *m = v->priv;

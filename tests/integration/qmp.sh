@@ -5,7 +5,10 @@
 # ids; the monitor is found on QEMU's command line (-qmp, or -chardev +
 # -mon) or given with --qmp; a hung monitor gives a clear error within the
 # timeout without losing the other VMs; a monitor held by another client
-# fails at once; and `kvmstats list --json` has its documented shape.
+# fails at once; kvmstats holds a monitor only for one exchange, so the
+# operator's own QMP client gets in while `record` runs, and a monitor
+# held by someone else makes the reads serve older values, then fail,
+# then recover; and `kvmstats list --json` has its documented shape.
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp
 command -v socat >/dev/null || { skip qmp "socat is not installed"; exit 0; }
@@ -231,6 +234,114 @@ wait_free "$S1"
 "$KVMSTATS" dump --pid "$Q1" --source qmp --json >/dev/null 2>"$TMP/b2.err" &&
 	pass "qmp: the monitor serves kvmstats again once free" ||
 	fail "qmp: the monitor serves kvmstats again once free" "$(cat "$TMP/b2.err")"
+
+# ---- the monitor stays the operator's ---------------------------------------
+# kvmstats holds a monitor only for one exchange: while `record` reads Q1
+# over QMP, the socket is free nearly all the time, the operator's own QMP
+# client and a second kvmstats get in, and the samples keep moving. Every
+# query-stats of a vCPU kicks it out of KVM_RUN (QEMU 7.2 opens the stats
+# fd on the vCPU thread), so signal_exits counts our polls even in a
+# halted guest.
+wait_free "$S1"
+"$KVMSTATS" record --pid "$Q1" --source qmp --interval 0.1 --count 200 \
+	--output "$TMP/share.kvl" >/dev/null 2>"$TMP/share.err" &
+REC=$!
+track "$REC"
+sleep 0.5
+held=0
+for _ in $(seq 50); do
+	connected "$S1" && held=$((held + 1))
+	sleep 0.02
+done
+[ $held -le 15 ] && pass "qmp: record holds the monitor only while it polls (held at $held of 50 looks)" ||
+	fail "qmp: record holds the monitor only while it polls" "held at $held of 50 looks"
+T_OPS=$(now_ms)
+ops=0 dumps=0
+for _ in $(seq 5); do
+	qmp "$S1" '{"execute":"query-status"}' | grep -q '"status"' && ops=$((ops + 1))
+	"$KVMSTATS" dump --pid "$Q1" --source qmp --json 2>>"$TMP/share2.err" |
+		jq -e '.vms[0].source == "qmp"' >/dev/null && dumps=$((dumps + 1))
+	sleep 0.3
+done
+T_OPS_END=$(now_ms)
+kill -0 "$REC" 2>/dev/null && rec_alive=yes || rec_alive=no
+[ $ops = 5 ] && [ $rec_alive = yes ] &&
+	pass "qmp: another QMP client uses the socket while record runs (5 of 5 query-status)" ||
+	fail "qmp: another QMP client uses the socket while record runs" "$ops of 5 answered; record running: $rec_alive"
+[ $dumps = 5 ] && pass "qmp: a second kvmstats reads the same QEMU while record runs (5 of 5 dumps)" ||
+	fail "qmp: a second kvmstats reads the same QEMU while record runs" "$dumps of 5: $(head -2 "$TMP/share2.err")"
+sleep 0.5
+kill -TERM "$REC"
+wait "$REC"
+rc=$?
+"$KVMSTATS" replay --json "$TMP/share.kvl" >"$TMP/share.json" 2>>"$TMP/share.err"
+# The poll count seen by the samples: rising, and rising also while the
+# other clients were at work.
+out=$(jq -s -r --argjson a "$T_OPS" --argjson b "$T_OPS_END" '
+	[.[] | {t: (.time * 1000), s: .vms[0].vcpus[0].stats.signal_exits}] as $x
+	| ($x | map(.s | numbers)) as $v
+	| ($x | map(select(.t > $a and .t < $b) | .s | numbers) | unique | length) as $during
+	| if ($x | length) < 40 then "only \($x | length) samples"
+	  elif $v != ($v | sort) then "signal_exits went down"
+	  elif ($v[-1] - $v[0]) < 25 then "only \($v[-1] - $v[0]) polls"
+	  elif $during < 3 then "only \($during) values while the others used the socket"
+	  else "" end' "$TMP/share.json" 2>&1)
+[ $rc = 0 ] && [ -z "$out" ] &&
+	pass "qmp: the record's samples kept updating ($(jq -s '.[-1].vms[0].vcpus[0].stats.signal_exits - .[0].vms[0].vcpus[0].stats.signal_exits' "$TMP/share.json") polls)" ||
+	fail "qmp: the record's samples kept updating" "rc $rc: $out $(head -2 "$TMP/share.err")"
+
+# A monitor held by another client while kvmstats reads it: the polls find
+# it busy and are tried again at the next sweep; meanwhile the reads keep
+# the last values, older and older, and then fail (EBUSY); once the other
+# client leaves, fresh values again. Seen through the library's loop
+# (build/tests/lifecycle_driver logs each sweep: errs, age_ms).
+DRIVER=${DRIVER:-$ROOT/build/tests/lifecycle_driver}
+[ -x "$DRIVER" ] || make -s -C "$ROOT" build/tests/lifecycle_driver >/dev/null 2>&1
+if [ -x "$DRIVER" ]; then
+	wait_free "$S1"
+	"$DRIVER" run --seconds 5 --interval-ms 100 --timeout-ms "$TIMEOUT_MS" \
+		>"$TMP/busy.log" 2>"$TMP/busy.err" &
+	DRV=$!
+	track "$DRV"
+	sleep 1.2
+	exec 9<>"$TMP/hold"
+	socat - "UNIX-CONNECT:$S1" <&9 >/dev/null 2>&1 &
+	HOLDER=$!
+	track "$HOLDER"
+	T_HOLD=$(now_ms)
+	sleep 1.5
+	kill "$HOLDER" 2>/dev/null
+	wait "$HOLDER" 2>/dev/null
+	exec 9>&-
+	T_FREE=$(now_ms)
+	wait "$DRV"
+	# Per phase: sweeps, failed sweeps, largest age; and whether the age
+	# grew while stale values were served.
+	out=$(grep "^V .* pid=$Q1 " "$TMP/busy.log" | awk -v h="$T_HOLD" -v f="$T_FREE" '
+		{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+		{ p = v["t"] < h ? "before" : v["t"] < f ? "held" : v["t"] > f + 700 ? "after" : "" }
+		p == "" { next }
+		{ n[p]++; if (v["errs"] > 0) e[p]++; else if (v["age_ms"] + 0 > a[p]) a[p] = v["age_ms"] + 0 }
+		p == "held" && v["errs"] == 0 && last > 150 && v["age_ms"] + 0 < last { shrunk = 1 }
+		p == "held" && v["errs"] == 0 { last = v["age_ms"] + 0 }
+		END { printf "%d %d %d %d %d %d %d %d %d %d", n["before"], e["before"], a["before"],
+			n["held"], e["held"], a["held"], n["after"], e["after"], a["after"], shrunk }')
+	read -r nb eb ab nh eh ah na ea aa shrunk <<<"$out"
+	[ "$nb" -ge 5 ] && [ "$eb" = 0 ] && [ "$ab" -lt 400 ] &&
+		pass "qmp: before another client holds the monitor: fresh values ($nb sweeps, age up to $ab ms)" ||
+		fail "qmp: before another client holds the monitor: fresh values" "sweeps errors age: $nb $eb $ab"
+	[ "$nh" -ge 5 ] && [ "$ah" -ge 200 ] && [ "$shrunk" = 0 ] &&
+		pass "qmp: monitor busy: the last values are served with their growing age (up to $ah ms)" ||
+		fail "qmp: monitor busy: the last values are served with their growing age" "sweeps $nh, age up to $ah ms, shrunk $shrunk"
+	[ "$eh" -ge 1 ] && [ "$eh" -lt "$nh" ] &&
+		pass "qmp: monitor busy: after several busy polls the reads fail ($eh of $nh sweeps)" ||
+		fail "qmp: monitor busy: after several busy polls the reads fail" "$eh of $nh sweeps failed"
+	[ "$na" -ge 5 ] && [ "$ea" = 0 ] && [ "$aa" -lt 400 ] &&
+		pass "qmp: monitor free again: fresh values ($na sweeps, age up to $aa ms)" ||
+		fail "qmp: monitor free again: fresh values" "sweeps errors age: $na $ea $aa; $(head -2 "$TMP/busy.err")"
+else
+	skip "qmp: a monitor held while kvmstats reads it" "build/tests/lifecycle_driver does not build"
+fi
 
 # ---- kvmstats list ------------------------------------------------------------
 start_vmm --hold-stats --vcpus 3 || exit 0
