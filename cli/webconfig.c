@@ -369,6 +369,7 @@ int web_config_load(struct web_config *wc, const char *path, char *err,
 	if (!text || !wc->path) {
 		snprintf(err, errlen, "%s: %s", path, strerror(e ? e : ENOMEM));
 		free(text);
+		web_config_free(wc);
 		return -1;
 	}
 	copy = strdup(path);
@@ -393,6 +394,9 @@ out_parser:
 out_text:
 	free(text);
 	free(l.dir);
+	/* All or nothing: a config that failed leaves nothing allocated. */
+	if (ret)
+		web_config_free(wc);
 	return ret;
 }
 
