@@ -242,6 +242,8 @@ static void table_single(const char *title, const struct reading *rd)
 	char val[96];
 
 	printf("%s\n", title);
+	if (!rd->r)		/* nothing to read: no sample either */
+		return;
 	if (rd->err) {
 		printf("  error: %s\n", strerror(-rd->err));
 		return;

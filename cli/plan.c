@@ -583,7 +583,7 @@ static struct json_object *row_json(const struct vm_row *row, int rank)
 	jset(o, "pid", json_object_new_int((int)row->pid));
 	jset(o, "name", jstr(row->name));
 	jset(o, "rank", ok ? json_object_new_int(rank) : NULL);
-	if (!row->p) {
+	if (!r) {		/* res is set exactly when p is */
 		jset(o, "error", jstr(row->error));
 		return o;
 	}

@@ -172,10 +172,14 @@ static void fmt_double(double v, char *buf, size_t len, bool om)
 	}
 	/* tmp is [-]d[.ddd]e[+-]xx: take the digits and the exponent. */
 	e = strchr(tmp, 'e');
-	exp = atoi(e + 1);
-	for (char *p = tmp; p < e; p++)
+	for (char *p = tmp; e && p < e; p++)
 		if (*p >= '0' && *p <= '9')
 			mant[nd++] = *p;
+	if (!e || !nd) {	/* not a finite number: NaN */
+		snprintf(buf, len, "NaN");
+		return;
+	}
+	exp = atoi(e + 1);
 	if (v < 0)
 		*w++ = '-';
 	if (exp < -4 || exp >= 6) {
@@ -436,6 +440,7 @@ struct target {
 struct schema_map {
 	const struct kvmstats_schema *s;
 	bool vcpu;
+	uint32_t n;		/* stats in s */
 	int32_t *fam;		/* per stat: family index, or -1 */
 	int32_t *sum_off;	/* per stat: the sum's word offset, or -1 */
 };
@@ -826,6 +831,7 @@ static struct schema_map *get_map(struct prom_model *m,
 	map = &m->maps[m->nmaps];
 	map->s = s;
 	map->vcpu = vcpu;
+	map->n = n;
 	map->fam = calloc(n ? n : 1, sizeof(*map->fam));
 	map->sum_off = calloc(n ? n : 1, sizeof(*map->sum_off));
 	if (!map->fam || !map->sum_off) {
@@ -1025,7 +1031,7 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 	map = get_map(m, kvmstats_reader__schema(r), vcpu >= 0);
 	if (!map)
 		return -ENOMEM;
-	n = kvmstats_schema__num_stats(map->s);
+	n = map->n;
 	for (uint32_t i = 0; i < n; i++) {
 		struct family *f;
 		const struct kvmstats_stat *st;

@@ -207,13 +207,14 @@ static const struct kvmstats_stat **colmap(struct rec *r,
 	for (size_t i = 0; i < r->nmaps; i++)
 		if (r->maps[i].s == s)
 			return r->maps[i].st;
-	st = calloc(r->ncols + 1, sizeof(*st));
+	/* Keep the grown array even if calloc fails: the old one is gone. */
 	p = realloc(r->maps, (r->nmaps + 1) * sizeof(*r->maps));
-	if (!st || !p) {
-		free(st);
+	if (!p)
 		return NULL;
-	}
 	r->maps = p;
+	st = calloc(r->ncols + 1, sizeof(*st));
+	if (!st)
+		return NULL;
 	for (size_t c = 0; c < r->ncols; c++) {
 		st[c] = kvmstats_schema__find(s, r->cols[c].name);
 		if (st[c] && is_hist(st[c]))
@@ -646,7 +647,7 @@ static int finish(struct rec *r)
 		if (dropped) {
 			cli_err(r->cli, "%s: %llu of %llu samples could not be written",
 				r->output, (unsigned long long)dropped,
-				(unsigned long long)(samples + dropped));
+				(unsigned long long)samples + dropped);
 			ret = EXIT_FAIL;
 		}
 	}

@@ -1132,6 +1132,7 @@ static void addr_text(int fd, char *out, size_t len)
 	socklen_t sl = sizeof(ss);
 	char a[INET6_ADDRSTRLEN] = "?";
 
+	memset(&ss, 0, sizeof(ss));
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl)) {
 		snprintf(out, len, "?");
 		return;
@@ -1305,7 +1306,7 @@ static int start_http(struct server *s)
 		{ MHD_OPTION_HTTPS_PRIORITIES, 0, tls ? s->web.priorities : NULL },
 		{ MHD_OPTION_END, 0, NULL },
 	};
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = sizeof(ss);
 
 	if (tls) {
@@ -1315,8 +1316,8 @@ static int start_http(struct server *s)
 		}
 		flags |= MHD_USE_TLS;
 	}
-	getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl);
-	if (ss.ss_family == AF_INET6)
+	if (!getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl) &&
+	    ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	s->d = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, s,

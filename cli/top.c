@@ -392,8 +392,8 @@ static void capture_end(struct err_capture *c)
 	end = lseek(c->mem, 0, SEEK_END);
 	n = pread(c->mem, buf, sizeof(buf),
 		  end > (off_t)sizeof(buf) ? end - (off_t)sizeof(buf) : 0);
-	if (n > 0 && write(STDERR_FILENO, buf, (size_t)n) < 0)
-		n = 0;
+	if (n > 0)	/* stderr itself failing leaves nowhere to say so */
+		(void)!write(STDERR_FILENO, buf, (size_t)n);
 	close(c->mem);
 	c->mem = -1;
 }

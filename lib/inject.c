@@ -213,7 +213,7 @@ static int vdso_range(pid_t pid, uint64_t *lo, uint64_t *hi)
 
 int ks_vdso_syscall_insn(pid_t pid, uint64_t *addr)
 {
-	uint64_t lo, hi;
+	uint64_t lo = 0, hi = 0;
 	unsigned char *buf, *p;
 	int err = vdso_range(pid, &lo, &hi);
 

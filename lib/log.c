@@ -1412,16 +1412,16 @@ static int64_t resync(struct kvmstats_log_reader *r, uint64_t off)
 }
 
 /* Grow a zeroed array of @elem-sized slots to hold index @want - 1.
- * Returns the (maybe moved) array, or NULL with *err set. */
+ * Returns the (maybe moved) array, or NULL; *err is set either way. */
 static void *grow_zeroed(void *arr, size_t *n, size_t want, size_t elem,
 			 int *err)
 {
 	size_t cap = *n ? *n : 16;
 	unsigned char *p;
 
+	*err = -EBADMSG;
 	if (want <= *n)
 		return arr;
-	*err = -EBADMSG;
 	if (want > MAX_ID)
 		return NULL;
 	while (cap < want)

@@ -123,7 +123,7 @@ struct kvmstats_dirty *kvmstats_dirty__new(const struct kvmstats_pages *pg,
 	}
 	d->pg = pg;
 	d->seed = ks_seed(o.seed);
-	d->buf = aligned_alloc(KS_PAGE, FETCH * KS_PAGE);
+	d->buf = aligned_alloc(KS_PAGE, (size_t)FETCH * KS_PAGE);
 	err = d->buf ? ks_view_open(&d->v, pg) : -ENOMEM;
 	if (!err)
 		err = pick_sample(d, &o);

@@ -200,7 +200,8 @@ static void find_zero_pfns(struct classify *c)
 	}
 	p = mmap(NULL, 2 * thp, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p != MAP_FAILED) {
-		char *a = (char *)(((uintptr_t)p + thp - 1) & ~(uintptr_t)(thp - 1));
+		/* Up to the next THP boundary. */
+		char *a = (char *)p + (-(uintptr_t)p & (thp - 1));
 
 		madvise(a, thp, MADV_HUGEPAGE);
 		c->huge_zero_pfn = self_pfn(fd, a);
@@ -392,20 +393,22 @@ static int classify_region(struct classify *c, bool scan, size_t i)
 {
 	const struct kvmstats_ram_region *r = &c->pg->ram->r[i];
 	struct ks_pg_region *pr = &c->pg->r[i];
+	uint64_t *mapped = NULL;
 	int err;
 
-	c->mapped = NULL;
 	if (shared_file(r)) {
-		c->mapped = calloc(words(pr->npages) ? words(pr->npages) : 1,
-				   sizeof(uint64_t));
-		if (!c->mapped)
+		mapped = calloc(words(pr->npages) ? words(pr->npages) : 1,
+				sizeof(uint64_t));
+		if (!mapped)
 			return -ENOMEM;
 	}
+	/* Lent to the classifiers for this region only. */
+	c->mapped = mapped;
 	err = scan ? classify_scan(c, r, pr) : classify_read(c, r, pr);
-	if (!err && c->mapped)
-		err = classify_file(c, r, pr, c->mapped);
-	free(c->mapped);
+	if (!err && mapped)
+		err = classify_file(c, r, pr, mapped);
 	c->mapped = NULL;
+	free(mapped);
 	return err;
 }
 
@@ -420,7 +423,7 @@ static int classify_all(struct kvmstats_pages *pg, enum kvmstats_pagemap_mode mo
 	c.pagemap = open(path, O_RDONLY | O_CLOEXEC);
 	if (c.pagemap < 0)
 		return dead_or(pg, -errno);
-	c.buf = malloc(READ_CHUNK * 8);
+	c.buf = malloc(READ_CHUNK * sizeof(*c.buf));
 	if (!c.buf) {
 		close(c.pagemap);
 		return -ENOMEM;

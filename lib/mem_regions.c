@@ -51,6 +51,7 @@
 #define __NR_pidfd_open 434
 #endif
 
+#define KIB (1ull << 10)
 #define MIB (1ull << 20)
 
 struct ks_map {
@@ -464,6 +465,7 @@ static int read_args(pid_t pid, struct args *a)
 	ssize_t len;
 	int fd;
 
+	a->n = 0;
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -473,7 +475,6 @@ static int read_args(pid_t pid, struct args *a)
 	if (len <= 0)
 		return len < 0 ? -errno : -ESRCH;
 	a->buf[len] = 0;
-	a->n = 0;
 	for (char *p = a->buf; p < a->buf + len && a->n < 1024; p += strlen(p) + 1)
 		a->v[a->n++] = p;
 	return 0;
@@ -551,8 +552,11 @@ static bool chardev_path(pid_t pid, const struct args *a, const char *id,
 
 static bool is_qemu(const struct args *a)
 {
-	const char *base = strrchr(a->v[0], '/');
+	const char *base;
 
+	if (!a->n)
+		return false;
+	base = strrchr(a->v[0], '/');
 	return strstr(base ? base + 1 : a->v[0], "qemu") != NULL;
 }
 
@@ -844,7 +848,7 @@ static bool malloc_arena(const struct maps *ms, size_t i)
 static bool thread_stack(const struct maps *ms, size_t i)
 {
 	return i > 0 && ms->m[i - 1].end == ms->m[i].start &&
-	       !strcmp(ms->m[i - 1].perms, "---p") && map_size(&ms->m[i - 1]) <= 64 * 1024;
+	       !strcmp(ms->m[i - 1].perms, "---p") && map_size(&ms->m[i - 1]) <= 64 * KIB;
 }
 
 enum tier { T_NONE, T_ANON, T_NORESERVE, T_SHARED, T_MARKED };
@@ -853,7 +857,7 @@ static enum tier heur_tier(const struct maps *ms, size_t i)
 {
 	const struct ks_map *m = &ms->m[i];
 
-	if (!is_rw(m) || special(m) || map_size(m) < 64 * 1024)
+	if (!is_rw(m) || special(m) || map_size(m) < 64 * KIB)
 		return T_NONE;
 	if ((has_flag(m, "dc") || has_flag(m, "hg") || has_flag(m, "mg")) &&
 	    (!m->path[0] || shared_mem(m)))
@@ -869,8 +873,7 @@ static enum tier heur_tier(const struct maps *ms, size_t i)
 static int use_heuristic(struct kvmstats_ram *ram, const struct maps *ms)
 {
 	static const char *const why[] = {
-		[T_MARKED] = "heuristic: read-write mapping marked as guest memory "
-			     "(MADV_DONTFORK/HUGEPAGE/MERGEABLE)",
+		[T_MARKED] = "heuristic: read-write mapping marked as guest memory (MADV_DONTFORK/HUGEPAGE/MERGEABLE)",
 		[T_SHARED] = "heuristic: shared memory mapping (memfd, shm, hugetlbfs)",
 		[T_NORESERVE] = "heuristic: large anonymous MAP_NORESERVE mapping",
 		[T_ANON] = "heuristic: large anonymous mapping (not heap, stack or arena)",
@@ -908,7 +911,7 @@ static int find_ram(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o)
 	if (err) {
 		ks_err(o->errbuf, o->errbuf_sz, "pid %d: reading its memory map: %s",
 		       (int)ram->pid, strerror(-err));
-		return err;
+		goto out;	/* a partial read holds memory */
 	}
 	if (o->nranges) {
 		err = use_ranges(ram, &ms, o->ranges, o->nranges, o->errbuf,

@@ -78,7 +78,7 @@ uint64_t ks_hash_page(const void *page)
 	uint64_t h[4] = { k1, k2, k1 ^ k2, k2 * 3 }, w;
 
 	for (size_t i = 0; i < KS_PAGE; i += 32) {
-		for (int l = 0; l < 4; l++) {
+		for (size_t l = 0; l < 4; l++) {
 			memcpy(&w, p + i + 8 * l, 8);
 			h[l] = rotl(h[l] ^ (w * k2), 31) * k1;
 		}
@@ -290,7 +290,7 @@ static int fetcher_open(struct fetcher *f, const struct kvmstats_pages *pg)
 
 	if (err)
 		return err;
-	f->buf = aligned_alloc(KS_PAGE, FETCH * KS_PAGE);
+	f->buf = aligned_alloc(KS_PAGE, (size_t)FETCH * KS_PAGE);
 	if (!f->buf) {
 		ks_view_close(&f->v);
 		return -ENOMEM;
@@ -651,7 +651,7 @@ static void watch(struct scan *s, const struct kvmstats_scan_opts *o,
 	uint64_t total = s->pg->c.candidates * KS_PAGE;
 
 	for (;;) {
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		struct timespec ts = { 0, 20L * 1000 * 1000 };
 		unsigned int live = 0;
 
 		for (unsigned int i = 0; i < nthreads; i++) {

@@ -404,7 +404,7 @@ const uint64_t *kvmstats_reader__missing(const struct kvmstats_reader *r)
 
 void *kvmstats_reader__image(struct kvmstats_reader *r, size_t *len)
 {
-	unsigned char *img;
+	unsigned char *img = NULL;
 	int err;
 
 	if (r->image) {

@@ -387,7 +387,6 @@ static int wait_ioctl(struct pass *ps, struct ks_thread *x,
 		 * mutex by now, or was not among them. */
 		for (size_t i = 0; i < nkicked; i++)
 			account(ps, kicked[i].tid, ks_thread_release(&kicked[i]));
-		nkicked = 0;
 		if (err != -ETIMEDOUT)
 			return err;
 		if (ks_now_ns() - start > KICK_GIVE_UP_NS)
