@@ -517,7 +517,7 @@ static int peer_accepted(int fd)
 	struct rtattr *rta;
 	struct stat st;
 	ssize_t n;
-	int len, nl, e = -ENOENT;
+	int len, nl, e = 0;
 
 	if (fstat(fd, &st))
 		return -errno;
@@ -526,15 +526,18 @@ static int peer_accepted(int fd)
 	if (nl < 0)
 		return -errno;
 	/* The kernel answers within send(): nothing to wait for. */
-	n = send(nl, &msg, sizeof(msg), 0) == sizeof(msg) ?
-		    recv(nl, &buf, sizeof(buf), MSG_DONTWAIT) : -1;
+	n = send(nl, &msg, sizeof(msg), 0);
+	if (n == (ssize_t)sizeof(msg))
+		n = recv(nl, &buf, sizeof(buf), MSG_DONTWAIT);
+	else if (n >= 0)
+		n = -1;		/* a short datagram: never; then nothing to parse */
 	if (n < 0)
-		e = -errno;
+		e = errno > 0 ? -errno : -EIO;
 	else if (!NLMSG_OK(&buf.h, (size_t)n) ||
 		 buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY)
 		e = -EPROTO;	/* NLMSG_ERROR: no such socket, no diag */
 	close(nl);
-	if (e != -ENOENT)
+	if (e)
 		return e;
 	m = NLMSG_DATA(&buf.h);
 	len = (int)buf.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m));
