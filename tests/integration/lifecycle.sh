@@ -7,6 +7,15 @@
 # is lost, that a dead VMM is dropped at once with every fd of ours on it
 # closed, that new VMMs and vCPUs show up, that a hung monitor never makes
 # a sweep wait, and that the driver ends with the fds it started with.
+
+# debugfs shows whether the kernel freed a VM. When the host has not
+# mounted it, run in a mount namespace of our own that has it, so the
+# host's mounts stay as they are.
+if [ ! -d /sys/kernel/debug/kvm ] && [ -z "${KS_PRIVATE_DEBUGFS:-}" ] &&
+	unshare -m --propagation private true 2>/dev/null; then
+	exec env KS_PRIVATE_DEBUGFS=1 unshare -m --propagation private bash -c \
+		'mount -t debugfs none /sys/kernel/debug 2>/dev/null; exec bash "$0"' "$0"
+fi
 source "$(dirname "$0")/../lib.sh"
 require_kvm lifecycle
 
