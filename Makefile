@@ -97,7 +97,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 $(O)/tests/lifecycle_driver: tests/lifecycle_driver.c $(O)/libkvmstats.a | $(O)/tests
 	$(CC) $(CFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
-$(O)/bench/%: bench/%.c $(O)/libkvmstats.a | $(O)/bench
+$(O)/bench/%: bench/%.c bench/bench.h $(O)/libkvmstats.a | $(O)/bench
 	$(CC) $(CFLAGS) -O2 $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
 $(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a

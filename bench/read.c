@@ -21,13 +21,7 @@
 
 #include "kvmstats.h"
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "bench.h"
 
 static int cmp_u64(const void *a, const void *b)
 {

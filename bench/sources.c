@@ -36,6 +36,8 @@
 
 #include "kvmstats.h"
 
+#include "bench.h"
+
 #define VCPUS "2"
 #define PACE_NS 5000000ull
 #define ATTACH_OPENS 9
@@ -56,22 +58,6 @@ struct result {
 static char tmpdir[] = "/tmp/kvmstats-bench.XXXXXX";
 static bool have_tmpdir;
 static pid_t children[2];
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_until(uint64_t t)
 {
