@@ -64,10 +64,11 @@ start_vmm() {
 
 MBGUEST=${MBGUEST:-$ROOT/build/mbguest.elf}
 
-# start_qemu NAME APPEND [QEMU ARGS...]: a real QEMU VM running our
-# multiboot guest, with a QMP socket; waits for READY on its serial port.
-# Sets QEMU_PID, QMP_SOCK, SERIAL.
-start_qemu() {
+# launch_qemu NAME APPEND [QEMU ARGS...]: start a real QEMU VM running our
+# multiboot guest, with a QMP socket, without waiting for it (so that
+# several VMs boot in parallel). Sets QEMU_PID, QMP_SOCK ($TMP/NAME.qmp),
+# SERIAL ($TMP/NAME.serial); QEMU's stderr goes to $TMP/NAME.log.
+launch_qemu() {
 	local name=$1 append=$2
 	shift 2
 	QMP_SOCK=$TMP/$name.qmp
@@ -75,17 +76,28 @@ start_qemu() {
 	qemu-system-x86_64 -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
 		-display none -nodefaults -no-user-config -name "guest=$name" \
 		-serial "file:$SERIAL" -qmp "unix:$QMP_SOCK,server=on,wait=off" \
-		-kernel "$MBGUEST" -append "$append" "$@" &
+		-kernel "$MBGUEST" -append "$append" "$@" 2>>"$TMP/$name.log" &
 	QEMU_PID=$!
 	track "$QEMU_PID"
+}
+
+# wait_ready NAME PID [SECONDS]: wait (bounded, default 30 s) for READY on
+# the guest's serial port while QEMU lives.
+wait_ready() {
 	local i
-	for i in $(seq 300); do
-		grep -q READY "$SERIAL" 2>/dev/null && return 0
-		kill -0 "$QEMU_PID" 2>/dev/null || break
+	for i in $(seq $((${3:-30} * 10))); do
+		grep -q READY "$TMP/$1.serial" 2>/dev/null && return 0
+		kill -0 "$2" 2>/dev/null || break
 		sleep 0.1
 	done
-	echo "# QEMU $name did not print READY"
+	echo "# QEMU $1 did not print READY"
+	sed 's/^/# /' "$TMP/$1.log" 2>/dev/null | tail -5
 	return 1
+}
+
+# start_qemu NAME APPEND [QEMU ARGS...]: launch_qemu, then wait for READY.
+start_qemu() {
+	launch_qemu "$@" && wait_ready "$1" "$QEMU_PID"
 }
 
 # qmp SOCK JSON...: send QMP commands (after qmp_capabilities), print the

@@ -30,30 +30,18 @@ if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
 fi
 
 # launch NAME MIB APPEND [QEMU ARGS...]: start a VM without waiting for it,
-# so that the VMs boot in parallel (start_qemu's command line).
+# so that the VMs boot in parallel; its pid in PID_NAME.
 launch() {
-	local name=$1 mem=$2 append=$3
-	shift 3
-	qemu-system-x86_64 -enable-kvm -m "$mem" -smp 1 \
-		-display none -nodefaults -no-user-config -name "guest=$name" \
-		-serial "file:$TMP/$name.serial" \
-		-qmp "unix:$TMP/$name.qmp,server=on,wait=off" \
-		-kernel "$MBGUEST" -append "$append" "$@" 2>>"$TMP/$name.log" &
-	track $!
-	eval "PID_$name=$!"
+	local name=$1
+	QEMU_MEM=$2 launch_qemu "$name" "$3" "${@:4}"
+	eval "PID_$name=$QEMU_PID"
 }
 
 # ready NAME: wait (bounded) for the guest's READY line.
 ready() {
-	local pid i
+	local pid
 	eval "pid=\$PID_$1"
-	for i in $(seq 1200); do
-		grep -q READY "$TMP/$1.serial" 2>/dev/null && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "# VM $1 did not print READY"
-	return 1
+	wait_ready "$1" "$pid" 120
 }
 
 # q NAME JSON: one QMP command, its reply on stdout (events dropped);
