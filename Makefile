@@ -122,14 +122,25 @@ run-bench: $(BENCH_BIN)
 	@for b in $(BENCH_BIN) $(wildcard bench/*.sh); do echo "== $$b"; \
 		$$b || exit 1; done
 
-# The whole suite: unit, CLI, fuzz, KVM and QEMU integration, and the
-# unit and CLI tests again under ASan+UBSan (in build-san/).
-test: test-deps
+# What the tests run: the release build, the ASan+UBSan build (in
+# build-san/), the fuzzer and the test tools.
+test-build: test-deps
 	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/fuzz/fuzz_image \
 		$(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
+
+# The whole suite: unit, CLI, fuzz, KVM and QEMU integration (on this
+# machine's /dev/kvm, or in the lab where there is none), a stock-KVM pass
+# in the lab, and the tests again under ASan+UBSan (see tests/run.sh).
+test: test-build
 	tests/run.sh
+
+# Every KVM test in the lab: Debian's stock kernel with kvm_amd under
+# QEMU's emulation, nested paging on (NPT=1, default) or off (NPT=0).
+NPT ?= 1
+test-lab: test-build
+	tests/run.sh --lab --npt $(NPT)
 
 demo: all
 	$(O)/kvmstats demo
@@ -170,5 +181,5 @@ lint:
 clean:
 	rm -rf build build-san
 
-.PHONY: all build deps test-deps unit bench run-bench test demo install \
+.PHONY: all build deps test-deps test-build unit bench run-bench test test-lab demo install \
 	format lint clean

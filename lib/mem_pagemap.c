@@ -177,10 +177,36 @@ static uint64_t self_pfn(int fd, const volatile char *p)
 {
 	uint64_t e;
 
-	(void)*p;	/* read fault: maps the zero page */
+	(void)*p;	/* a read fault */
 	if (pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p >> KS_PAGE_SHIFT) * 8) != 8)
 		return 0;
 	return (e & PM_PRESENT) ? e & PM_PFN_MASK : 0;
+}
+
+/* The PFN a read fault maps at @p, when two such faults in distinct
+ * mappings map the same one: the zero page. A kernel may allocate a page
+ * per read fault instead (a PVM guest's, with pvm_no_zero_page): then 0,
+ * and no PFN is mistaken for the zero page. */
+static uint64_t shared_read_pfn(int fd, size_t len, size_t align, int advice)
+{
+	char *p[2] = { MAP_FAILED, MAP_FAILED }, *a;
+	uint64_t pfn[2] = { 0, 0 };
+
+	for (int i = 0; i < 2; i++) {
+		p[i] = mmap(NULL, len + align, PROT_READ,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p[i] == MAP_FAILED)
+			break;
+		/* Up to the next @align boundary (a THP for the huge one). */
+		a = p[i] + (align ? -(uintptr_t)p[i] & (align - 1) : 0);
+		if (advice)
+			madvise(a, len, advice);
+		pfn[i] = self_pfn(fd, a);
+	}
+	for (int i = 0; i < 2; i++)
+		if (p[i] != MAP_FAILED)
+			munmap(p[i], len + align);
+	return pfn[0] == pfn[1] ? pfn[0] : 0;
 }
 
 /* The PFNs of the zero page and of the huge zero page, from our own
@@ -189,26 +215,13 @@ static void find_zero_pfns(struct classify *c)
 {
 	const size_t thp = 2u << 20;
 	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	char *p;
 
 	if (fd < 0)
 		return;
-	p = mmap(NULL, KS_PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p != MAP_FAILED) {
-		c->zero_pfn = self_pfn(fd, p);
-		munmap(p, KS_PAGE);
-	}
-	p = mmap(NULL, 2 * thp, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p != MAP_FAILED) {
-		/* Up to the next THP boundary. */
-		char *a = (char *)p + (-(uintptr_t)p & (thp - 1));
-
-		madvise(a, thp, MADV_HUGEPAGE);
-		c->huge_zero_pfn = self_pfn(fd, a);
-		if (c->huge_zero_pfn == c->zero_pfn)
-			c->huge_zero_pfn = 0;
-		munmap(p, 2 * thp);
-	}
+	c->zero_pfn = shared_read_pfn(fd, KS_PAGE, 0, 0);
+	c->huge_zero_pfn = shared_read_pfn(fd, thp, thp, MADV_HUGEPAGE);
+	if (c->huge_zero_pfn == c->zero_pfn)
+		c->huge_zero_pfn = 0;
 	close(fd);
 }
 

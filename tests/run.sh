@@ -1,67 +1,261 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
 # Runs every test of the project and ends with "N passed, M failed,
-# K skipped". Unit tests (cmocka, TAP output), the integration scripts
-# (with a bounded fuzzing run), and both again under ASan+UBSan. Each test prints TAP
-# lines; a program that dies without saying why counts as one failure.
+# K skipped". Each test program prints TAP lines; a program that dies
+# without saying why counts as one failure.
+#
+#   tests/run.sh                 the whole suite (make test)
+#   tests/run.sh --lab [--npt N] every KVM test in the lab (make test-lab)
+#   tests/run.sh --inner         (inside the lab: the KVM part, as told by
+#                                 KVMSTATS_RUN_* variables)
+#
+# Where a test runs follows the tag line near the top of its file:
+#
+#   # kvmstats-test: needs=none|kvm|stock-kvm [stock] [qemu] [nosan]
+#
+# needs=none: on this machine, always. needs=kvm: on this machine's
+# /dev/kvm when it has one, else in the lab (tests/lab/kvmlab: Debian's
+# stock kernel with kvm_amd under QEMU's emulation). needs=stock-kvm: on
+# a stock KVM (kvm_intel, kvm_amd) only: this machine's, or the lab's;
+# some KVMs (kvm_pvm) leave counters at 0 that a stock KVM maintains.
+# stock: a needs=kvm test that the lab's stock-KVM pass runs too, when
+# this machine's KVM is not a stock one. qemu: once per tested QEMU (the
+# system's, and QEMU 10.0 from bookworm-backports, fetched by
+# tests/qemu/fetch.sh). nosan: not again with the ASan+UBSan CLI. Unit
+# tests carry the same tag in a C comment; without one a unit test needs
+# no KVM and an integration script needs one.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=$(mktemp -d /tmp/kvmstats-run.XXXXXX)
 passed=0 failed=0 skipped=0
+MODE=outer NPT=${NPT:-1}
+QEMU_VERSIONS=${KVMSTATS_TEST_QEMUS:-system 10.0}
 
-# run NAME TIMEOUT CMD...: run a test program, echo its output, count it.
-run() {
-	local name=$1 limit=$2 out=$LOG/$(echo "$1" | tr '/ ' '__').log
-	shift 2
-	echo "# --- $name"
-	timeout -k 10 "$limit" "$@" >"$out" 2>&1 </dev/null
-	local rc=$?
-	cat "$out"
-	local ok nok skip
+while [ $# -gt 0 ]; do
+	case $1 in
+	--lab) MODE=lab ;;
+	--inner) MODE=inner ;;
+	--npt) NPT=$2; shift ;;
+	*) echo "usage: $0 [--lab [--npt 0|1]]" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+# count FILE RC NAME: add a finished test's TAP lines to the totals. A
+# skip is "ok - x # SKIP why", or "not ok N # SKIP" from cmocka.
+count() {
+	local out=$1 rc=$2 name=$3 ok nok okskip nokskip
 	ok=$(grep -c '^ok ' "$out")
 	nok=$(grep -c '^not ok ' "$out")
-	skip=$(grep -c '^ok .*# SKIP' "$out")
-	passed=$((passed + ok - skip))
-	skipped=$((skipped + skip))
-	failed=$((failed + nok))
-	if [ "$rc" != 0 ] && [ "$nok" = 0 ]; then
+	okskip=$(grep -c '^ok .*# SKIP' "$out")
+	nokskip=$(grep -c '^not ok .*# SKIP' "$out")
+	passed=$((passed + ok - okskip))
+	failed=$((failed + nok - nokskip))
+	skipped=$((skipped + okskip + nokskip))
+	if [ "$rc" != 0 ] && [ "$nok" = "$nokskip" ]; then
 		echo "not ok - $name exited with status $rc"
 		failed=$((failed + 1))
 	fi
 }
 
-if [ ! -c /dev/kvm ]; then
-	echo "# NOTICE: /dev/kvm is missing: every KVM test below is SKIPPED, not passed"
-fi
+# run NAME TIMEOUT CMD...: run a test program, stream its output, count it.
+run() {
+	local name=$1 limit=$2 out=$LOG/$(echo "$1" | tr '/ :' '___').log rc
+	shift 2
+	echo "# --- $name"
+	timeout -k 10 "$limit" "$@" </dev/null 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	count "$out" "$rc" "$name"
+}
 
-for t in build/tests/test_*; do
-	[ -x "$t" ] || continue
-	run "unit $(basename "$t")" 300 env CMOCKA_MESSAGE_OUTPUT=TAP "$t"
-done
-for t in build-san/tests/test_*; do
-	[ -x "$t" ] || continue
-	run "asan+ubsan $(basename "$t")" 600 env CMOCKA_MESSAGE_OUTPUT=TAP \
-		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "$t"
-done
-for t in tests/integration/*.sh; do
-	[ -f "$t" ] || continue
-	run "$(basename "$t" .sh)" 1200 bash "$t"
-done
+# tag FILE WORD: does FILE's kvmstats-test tag line have WORD?
+tag() {
+	local line
+	line=$(grep -m1 -E '^(#|/\*) kvmstats-test:' "$1")
+	if [ -z "$line" ]; then
+		case $1:$2 in
+		*.c:needs=none | *.sh:needs=kvm) return 0 ;;
+		*) return 1 ;;
+		esac
+	fi
+	case " $line " in *" $2 "*) return 0 ;; esac
+	return 1
+}
 
-# The integration tests again with the CLI built with ASan+UBSan (leaks
-# included), but for the fuzzer (sanitized already), the install check and
-# the load test (whose memory bounds do not hold for ASan's allocator).
-if [ -x build-san/kvmstats ]; then
+have_kvm() { [ -c /dev/kvm ] && [ -r /dev/kvm ] && [ -w /dev/kvm ]; }
+# The KVM module in use: kvm_intel, kvm_amd (stock), kvm_pvm, ...
+kvm_module() {
+	local m
+	for m in /sys/module/kvm_*; do
+		[ -e "$m" ] || continue
+		m=${m##*/}
+		[ -d "/sys/module/$m/parameters" ] && [ "$m" != kvm_common ] && { echo "$m"; return; }
+	done
+	echo unknown
+}
+stock_kvm() { have_kvm && case $(kvm_module) in kvm_intel | kvm_amd) true ;; *) false ;; esac; }
+
+# scripts NEEDS [WORD]: integration scripts with needs=NEEDS (and WORD).
+scripts() {
+	local t
 	for t in tests/integration/*.sh; do
-		case $(basename "$t" .sh) in fuzz | install | serve_load) continue ;; esac
-		run "asan+ubsan $(basename "$t" .sh)" 1200 env \
+		tag "$t" "needs=$1" || continue
+		[ -z "${2:-}" ] || tag "$t" "$2" || continue
+		echo "$t"
+	done
+}
+
+units() {
+	local t
+	for t in tests/unit/test_*.c; do
+		tag "$t" "needs=$1" && basename "$t" .c
+	done
+}
+
+# unit_pass NEEDS: the unit tests, release and ASan+UBSan builds.
+unit_pass() {
+	local u
+	for u in $(units "$1"); do
+		[ -x "build/tests/$u" ] &&
+			run "unit $u" $((300 * SLOW)) env CMOCKA_MESSAGE_OUTPUT=TAP "build/tests/$u"
+	done
+	for u in $(units "$1"); do
+		[ -x "build-san/tests/$u" ] &&
+			run "asan+ubsan $u" $((600 * SLOW)) env CMOCKA_MESSAGE_OUTPUT=TAP \
+				ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "build-san/tests/$u"
+	done
+}
+
+# script_pass SCRIPT...: integration scripts with the release CLI, then
+# (but those tagged nosan) with the ASan+UBSan one.
+script_pass() {
+	local t
+	for t in "$@"; do
+		run "$(basename "$t" .sh)" $((1200 * SLOW)) bash "$t"
+	done
+	[ -x build-san/kvmstats ] || return 0
+	for t in "$@"; do
+		tag "$t" nosan && continue
+		run "asan+ubsan $(basename "$t" .sh)" $((1200 * SLOW)) env \
 			KVMSTATS="$ROOT/build-san/kvmstats" \
 			KVMSTATS_TINYVMM="$ROOT/build/tinyvmm" \
 			ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 bash "$t"
 	done
+}
+
+# qemu_pass SCRIPT...: the QEMU-based scripts again with each QEMU but
+# the system's (release CLI only: the ASan pass covers the code).
+qemu_pass() {
+	local v t
+	for v in $QEMU_VERSIONS; do
+		[ "$v" = system ] && continue
+		qemu_wrapper "$v" || continue
+		for t in "$@"; do
+			tag "$t" qemu || continue
+			run "qemu-$v $(basename "$t" .sh)" $((1200 * SLOW)) \
+				env KVMSTATS_QEMU="$QEMU_W" bash "$t"
+		done
+	done
+}
+
+# qemu_wrapper VERSION: set QEMU_W to the QEMU of that version, fetched
+# once (outside the lab, which has no network) and remembered in
+# KVMSTATS_QEMU_<version>; a failure to get it is a failed test.
+qemu_wrapper() {
+	local var=KVMSTATS_QEMU_${1//./_}
+	case ${!var:-} in
+	none) return 1 ;;	# could not be had: counted already
+	?*) QEMU_W=${!var}; return 0 ;;
+	esac
+	if QEMU_W=$(tests/qemu/fetch.sh "$1" 2>"$LOG/qemu-$1.err"); then
+		export "$var=$QEMU_W"
+		return 0
+	fi
+	echo "not ok - QEMU $1 for the QEMU matrix: $(tail -1 "$LOG/qemu-$1.err")"
+	failed=$((failed + 1))
+	export "$var=none"
+	return 1
+}
+
+# lab_pass NAME WHAT: run tests/run.sh --inner in the lab; WHAT is "all"
+# (every KVM test) or "stock" (the stock-tagged ones).
+lab_pass() {
+	local name=$1 what=$2 envs=() v var
+	for v in $QEMU_VERSIONS; do
+		[ "$v" = system ] && continue
+		qemu_wrapper "$v"
+		var=KVMSTATS_QEMU_${v//./_}
+		envs+=(--env "$var=${!var}")
+	done
+	run "$name" 5400 tests/lab/kvmlab --npt "$NPT" --timeout 5300 \
+		--env KVMSTATS_RUN_WHAT="$what" --env KVMSTATS_TEST_QEMUS="$QEMU_VERSIONS" \
+		"${envs[@]}" -- bash tests/run.sh --inner
+}
+
+# Inside the lab: this is a stock KVM; everything under emulation is
+# slower, so time limits of the runner and the tests scale by SLOW.
+if [ "$MODE" = inner ]; then
+	export KVMSTATS_TEST_SLOW=${KVMSTATS_TEST_SLOW:-10}
 fi
+SLOW=${KVMSTATS_TEST_SLOW:-1}
+
+# kvm_suite [stock-kvm]: every test that needs a KVM; with stock-kvm,
+# those that need a stock one too.
+kvm_suite() {
+	local set=kvm
+	[ -n "${1:-}" ] && set="kvm stock-kvm"
+	unit_pass kvm
+	# shellcheck disable=SC2046
+	script_pass $(for n in $set; do scripts "$n"; done)
+	# shellcheck disable=SC2046
+	qemu_pass $(for n in $set; do scripts "$n" qemu; done)
+}
+
+# The lab's stock-KVM pass: what this machine's KVM could not show.
+stock_suite() {
+	# shellcheck disable=SC2046
+	set -- $(scripts kvm stock) $(scripts stock-kvm)
+	for t in "$@"; do run "$(basename "$t" .sh)" $((1200 * SLOW)) bash "$t"; done
+	qemu_pass "$@"
+}
+
+case $MODE in
+inner)
+	stock_kvm || { echo "not ok - the lab has no stock KVM: $(kvm_module)"; exit 1; }
+	if [ "${KVMSTATS_RUN_WHAT:-all}" = stock ]; then
+		stock_suite
+	else
+		kvm_suite stock-kvm
+	fi
+	;;
+lab)
+	lab_pass "lab: every KVM test" all
+	;;
+outer)
+	unit_pass none
+	# shellcheck disable=SC2046
+	script_pass $(scripts none)
+	if stock_kvm; then
+		echo "# KVM tests: on this machine's stock KVM ($(kvm_module))"
+		kvm_suite stock-kvm
+	elif have_kvm; then
+		echo "# KVM tests: on this machine's KVM ($(kvm_module)), then a stock-KVM pass in the lab"
+		kvm_suite
+		lab_pass "lab: stock-KVM pass" stock
+	else
+		echo "# KVM tests: this machine has no /dev/kvm, so in the lab"
+		lab_pass "lab: every KVM test" all
+	fi
+	;;
+esac
 
 echo
 echo "# logs: $LOG"
-echo "$passed passed, $failed failed, $skipped skipped"
+if [ "$MODE" = inner ]; then
+	echo "# lab totals: $passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed, $skipped skipped"
+fi
 [ "$failed" = 0 ]

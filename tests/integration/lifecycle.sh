@@ -16,6 +16,7 @@ if [ ! -d /sys/kernel/debug/kvm ] && [ -z "${KS_PRIVATE_DEBUGFS:-}" ] &&
 	exec env KS_PRIVATE_DEBUGFS=1 unshare -m --propagation private bash -c \
 		'mount -t debugfs none /sys/kernel/debug 2>/dev/null; exec bash "$0"' "$0"
 fi
+# kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm lifecycle
 

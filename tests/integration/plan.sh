@@ -15,6 +15,7 @@
 #    is unaffected;
 #  - --region overrides, the stats estimator never reports 0 for a VM
 #    that ran, the table output.
+# kvmstats-test: needs=kvm qemu stock
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan
