@@ -111,3 +111,12 @@ qmp() {
 		sleep 0.5
 	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
 }
+
+# Under emulation (the lab) everything runs 5-20 times slower: time limits
+# and the periods a timing test depends on scale by KVMSTATS_TEST_SLOW
+# (10 in the lab, 1 elsewhere); counts and exact values never do.
+SLOW=${KVMSTATS_TEST_SLOW:-1}
+# slow N: N (an integer: ms, s, tries) times the slowdown.
+slow() { echo $(($1 * SLOW)); }
+# slow_s SECONDS: the same for a decimal number of seconds (for sleep).
+slow_s() { awk -v s="$1" -v k="$SLOW" 'BEGIN { print s * k }'; }

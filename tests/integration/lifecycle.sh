@@ -111,7 +111,7 @@ E=$QEMU_PID E_CTL=$CTL
 # ---- the run ------------------------------------------------------------
 LOG=$TMP/driver.log
 KILL_SWEEP=40
-"$DRIVER" run --seconds 60 --interval-ms 20 --timeout-ms 1000 \
+"$DRIVER" run --seconds $(slow 60) --interval-ms 20 --timeout-ms $(slow 1000) \
 	--kill-at "$KILL_SWEEP:$B" --stop-file "$TMP/stop" >"$LOG" 2>"$TMP/driver.err" &
 DRV=$!
 track "$DRV"
@@ -128,7 +128,7 @@ fi
 wait_sweep $((KILL_SWEEP + 10)) || { fail "lifecycle: driver runs" "no sweeps logged"; exit 0; }
 
 kill -USR1 "$C"
-for _ in $(seq 50); do [ "$(cat "$TMP/c.ready")" = 2 ] && break; sleep 0.05; done
+for _ in $(seq $(slow 50)); do [ "$(cat "$TMP/c.ready")" = 2 ] && break; sleep 0.05; done
 T_C=$(now_ms)
 
 hot_add "$D_CTL" 1 && T_D1=$(now_ms) || T_D1=
@@ -161,34 +161,35 @@ gone_within() {
 	return 1
 }
 ls -d "$VMDIR/$H"-* >/dev/null 2>&1 && HAVE_VMDIR=1 || HAVE_VMDIR=
-kill -USR2 "$H"
-for _ in $(seq 50); do [ "$(cat "$TMP/h.ready")" = 0 ] && break; sleep 0.05; done
+# (the time is taken before the signal: the VM goes at once after it)
 T_H=$(now_ms)
+kill -USR2 "$H"
+for _ in $(seq $(slow 50)); do [ "$(cat "$TMP/h.ready")" = 0 ] && break; sleep 0.05; done
 if [ -n "$HAVE_VMDIR" ]; then
-	gone_within "$H" 1500 && H_FREED=yes || H_FREED=no
-	gone_within "$A" 1500 && A_FREED=yes || A_FREED=no
+	gone_within "$H" $(slow 1500) && H_FREED=yes || H_FREED=no
+	gone_within "$A" $(slow 1500) && A_FREED=yes || A_FREED=no
 fi
 
 sleep 0.5
 # A hung monitor (the QEMU is stopped: its monitor accepts nothing).
 kill -STOP "$E"
 T_STOP=$(now_ms)
-sleep 3.5
+sleep "$(slow_s 3.5)"
 kill -CONT "$E"
 T_CONT=$(now_ms)
 
 hot_add "$D_CTL" 2 && T_D2=$(now_ms) || T_D2=
-sleep 2
+sleep "$(slow_s 2)"
 T_E=$(now_ms)
 kill -KILL "$E"
-sleep 1.5
+sleep "$(slow_s 1.5)"
 touch "$TMP/stop"
 wait "$DRV"
 T_END=$(now_ms)
 REC_RC=
 if [ -n "$REC" ]; then
 	kill -TERM "$REC"
-	for _ in $(seq 60); do kill -0 "$REC" 2>/dev/null || break; sleep 0.05; done
+	for _ in $(seq $(slow 60)); do kill -0 "$REC" 2>/dev/null || break; sleep 0.05; done
 	kill -0 "$REC" 2>/dev/null && REC_RC=hung
 	wait "$REC"
 	REC_RC=${REC_RC:-$?}
@@ -257,13 +258,13 @@ qmp_schema=$(field "$(vlines "$D" | tail -1)" schema)
 
 # Hot-added vCPUs show up.
 t=$(first_t "$C" '/ vcpus=2 /')
-[ -n "$t" ] && [ $((t - T_C)) -le 1000 ] &&
+[ -n "$t" ] && [ $((t - T_C)) -le $(slow 1000) ] &&
 	pass "lifecycle: vCPU hot-added to a VMM holding stats fds seen within 1 s" ||
 	fail "lifecycle: vCPU hot-added to a VMM holding stats fds seen within 1 s" "at ${t:-never} vs $T_C"
 if [ -n "$T_D1" ] && [ -n "$T_D2" ]; then
 	t1=$(first_t "$D" '/ vcpus=2 /')
 	t2=$(first_t "$D" '/ vcpus=3 /')
-	[ -n "$t1" ] && [ -n "$t2" ] && [ $((t1 - T_D1)) -le 2000 ] && [ $((t2 - T_D2)) -le 2000 ] &&
+	[ -n "$t1" ] && [ -n "$t2" ] && [ $((t1 - T_D1)) -le $(slow 2000) ] && [ $((t2 - T_D2)) -le $(slow 2000) ] &&
 		pass "lifecycle: vCPUs hot-added to QEMU (device_add) seen over QMP within 2 s" ||
 		fail "lifecycle: vCPUs hot-added to QEMU (device_add) seen over QMP within 2 s" \
 			"at ${t1:-never}/${t2:-never} vs $T_D1/$T_D2"
@@ -273,7 +274,7 @@ fi
 
 # A new VMM shows up at once.
 t=$(first_t "$F" '/ vcpus=3 /')
-[ -n "$t" ] && [ $((t - T_F)) -le 1000 ] &&
+[ -n "$t" ] && [ $((t - T_F)) -le $(slow 1000) ] &&
 	pass "lifecycle: a VMM started during the run is read within 1 s" ||
 	fail "lifecycle: a VMM started during the run is read within 1 s" "at ${t:-never} vs $T_F"
 
@@ -290,7 +291,7 @@ fi
 for v in "A:$A:$T_A" "E:$E:$T_E"; do
 	IFS=: read -r name pid tk <<<"$v"
 	t=$(field "$(vlines "$pid" | tail -1)" t)
-	[ -n "$t" ] && [ $((t - tk)) -le 500 ] &&
+	[ -n "$t" ] && [ $((t - tk)) -le $(slow 500) ] &&
 		pass "lifecycle: killed VMM $name ($(field "$(vlines "$pid" | tail -1)" src)) dropped within 0.5 s" ||
 		fail "lifecycle: killed VMM $name dropped within 0.5 s" "last seen ${t:-never}, killed $tk"
 done
@@ -298,7 +299,7 @@ done
 # A VM destroyed inside a live VMM: its readers go at the next refresh.
 t=$(first_t "$H" '/ vms=0 /')
 before_h=$(vlines "$H" | awk -v t="$T_H" '{ split($3, a, "="); if (a[2] < t - 200) l = $0 } END { print l }')
-[ -n "$t" ] && [ $((t - T_H)) -le 1000 ] && [ "$(field "$before_h" vcpus)" = 2 ] &&
+[ -n "$t" ] && [ $((t - T_H)) -le $(slow 1000) ] && [ "$(field "$before_h" vcpus)" = 2 ] &&
 	pass "lifecycle: a VM destroyed by its live VMM is dropped within 1 s" ||
 	fail "lifecycle: a VM destroyed by its live VMM is dropped within 1 s" "at ${t:-never} vs $T_H; before: $before_h"
 if [ -n "$HAVE_VMDIR" ]; then
@@ -336,12 +337,12 @@ fi
 # A hung monitor: sweeps never wait, its own readings fail while it hangs
 # and come back after.
 max=$(grep '^S ' "$LOG" | sed 's/.* dur_us=\([0-9]*\) .*/\1/' | sort -n | tail -1)
-[ "$max" -lt 200000 ] &&
+[ "$max" -lt $(slow 200000) ] &&
 	pass "lifecycle: no sweep waited on the hung monitor (longest sweep $((max / 1000)) ms)" ||
 	fail "lifecycle: no sweep waited on the hung monitor" "a sweep took $((max / 1000)) ms"
 stopped=$(vlines "$E" | awk -v a="$T_STOP" -v b="$T_CONT" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
 	f["t"] > a && f["t"] < b && f["errs"] > 0 { n++ } END { print n + 0 }')
-back=$(vlines "$E" | awk -v a="$((T_CONT + 1500))" -v b="$T_E" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
+back=$(vlines "$E" | awk -v a="$((T_CONT + $(slow 1500)))" -v b="$T_E" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
 	f["t"] > a && f["t"] < b { n++; if (f["errs"] > 0) e++ } END { print n + 0, e + 0 }')
 [ "$stopped" -gt 0 ] && [ "${back% *}" -gt 0 ] && [ "${back#* }" = 0 ] &&
 	pass "lifecycle: the hung QEMU's readings fail while it hangs and resume after" ||
