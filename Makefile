@@ -65,6 +65,15 @@ $(O)/lib/%.o: lib/%.c $(HDRS) | $(O)/lib
 $(O)/cli/%.o: cli/%.c $(HDRS) | $(O)/cli
 	$(CC) $(CLI_CFLAGS) -Icli -c $< -o $@
 
+# The git commit in kvmstats_build_info and `version --json`: the header
+# is rewritten only when the commit changes (none outside a git tree).
+$(O)/cli/build_commit.h: FORCE | $(O)/cli
+	@c=$$(git -C $(CURDIR) describe --always --dirty 2>/dev/null); \
+	echo "#define KVMSTATS_GIT_COMMIT \"$$c\"" | cmp -s - $@ || \
+	echo "#define KVMSTATS_GIT_COMMIT \"$$c\"" > $@
+$(O)/cli/prom_process.o: $(O)/cli/build_commit.h
+$(O)/cli/prom_process.o: CLI_CFLAGS += -I$(O)/cli -DHAVE_BUILD_COMMIT
+
 $(O)/libkvmstats.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
@@ -170,5 +179,5 @@ lint:
 clean:
 	rm -rf build build-san
 
-.PHONY: all build deps test-deps unit bench run-bench test demo install \
+.PHONY: FORCE all build deps test-deps unit bench run-bench test demo install \
 	format lint clean
