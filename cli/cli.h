@@ -189,5 +189,16 @@ int cmd_serve(struct cli *cli, int argc, char **argv);
 int cmd_plan(struct cli *cli, int argc, char **argv);
 int cmd_check(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
+/* top, with what the screen says about its source instead of the log's
+ * path (the demo's recording): a title and a status line, shown again
+ * each time the log starts over. */
+struct top_banner {
+	const char *title;
+	const char *notice;
+};
+int top_main(struct cli *cli, int argc, char **argv,
+	     const struct top_banner *banner);
+/* Why no VM shows and what to do, after "no VM found: ". */
+const char *demo_hint(void);
 
 #endif

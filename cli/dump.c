@@ -418,7 +418,7 @@ static int print_table(struct target_set *t)
 		putchar('\n');
 	}
 	if (!t->nvmms && !t->nfiles && !t->failures)
-		printf("no VM holds a stats fd; see 'kvmstats list' (or 'kvmstats demo')\n");
+		printf("no VM found: %s\n", demo_hint());
 	return 0;
 }
 

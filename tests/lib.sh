@@ -111,3 +111,29 @@ qmp() {
 		sleep 0.5
 	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
 }
+
+# without_kvm CMD...: run CMD (as root) in a private mount namespace whose
+# /dev is a fresh tmpfs with the usual nodes, its own ptys, and no kvm:
+# a host without KVM, for the offline paths.
+without_kvm() {
+	unshare -m --propagation private sh -c '
+		mount -t tmpfs -o mode=755 none /dev || exit 125
+		while read -r n maj min; do
+			mknod -m 666 "/dev/$n" c "$maj" "$min" || exit 125
+		done <<-NODES
+			null 1 3
+			zero 1 5
+			full 1 7
+			random 1 8
+			urandom 1 9
+			tty 5 0
+		NODES
+		mkdir /dev/pts /dev/shm
+		mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts || exit 125
+		ln -s pts/ptmx /dev/ptmx
+		mount -t tmpfs none /dev/shm
+		ln -s /proc/self/fd /dev/fd
+		for i in 0 1 2; do ln -s /proc/self/fd/$i /dev/$(echo stdin stdout stderr | cut -d" " -f$((i + 1))); done
+		[ ! -e /dev/kvm ] || exit 125
+		exec "$@"' without_kvm "$@"
+}
