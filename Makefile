@@ -166,6 +166,8 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/doc/kvmstats/web-config.example.yml
 	install -m 644 dist/kvmstats.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/kvmstats
+	install -D -m 644 dist/demo/recording.kvmlog \
+		$(DESTDIR)$(PREFIX)/share/kvmstats/demo/recording.kvmlog
 
 format:
 	clang-format -i $(LIB_SRC) $(CLI_SRC) include/*.h lib/*.h cli/*.h \

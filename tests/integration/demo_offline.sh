@@ -33,6 +33,15 @@ without_kvm "$KVMSTATS" demo --no-top </dev/null >/dev/null 2>"$TMP/err"
 check "demo --no-top without /dev/kvm: the same cause first" \
 	grep -q '^kvmstats: demo: /dev/kvm: ' <(head -1 "$TMP/err")
 
+# An installed kvmstats finds the installed recording.
+make -s -C "$ROOT" install PREFIX=/usr DESTDIR="$TMP/dest" >"$TMP/install.log" 2>&1
+check "make install installs the recording" \
+	cmp -s "$REC" "$TMP/dest/usr/share/kvmstats/demo/recording.kvmlog"
+without_kvm "$TMP/dest/usr/bin/kvmstats" demo </dev/null >/dev/null 2>"$TMP/err"
+check "an installed kvmstats offers the installed recording" \
+	grep -qF "kvmstats top --replay $TMP/dest/usr/share/kvmstats/demo/recording.kvmlog --loop" \
+	"$TMP/err"
+
 # ---- top's empty screen -------------------------------------------------------
 without_kvm "$KVMSTATS" top --once --interval 0.1 --name '^no such VM$' >"$TMP/top" 2>&1
 check "top's empty list says there is no /dev/kvm and offers the recording" \
