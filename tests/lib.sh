@@ -137,3 +137,13 @@ without_kvm() {
 		[ ! -e /dev/kvm ] || exit 125
 		exec "$@"' without_kvm "$@"
 }
+
+# free_port: a loopback TCP port nobody listens on (bounded tries).
+free_port() {
+	local p i
+	for i in $(seq 50); do
+		p=$((20000 + RANDOM % 20000))
+		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
+	done
+	return 1
+}
