@@ -168,6 +168,10 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/kvmstats
 	install -D -m 644 dist/demo/recording.kvmlog \
 		$(DESTDIR)$(PREFIX)/share/kvmstats/demo/recording.kvmlog
+	install -D -m 644 dist/prometheus/kvmstats.rules.yml \
+		$(DESTDIR)$(PREFIX)/share/kvmstats/prometheus/kvmstats.rules.yml
+	install -D -m 644 dist/grafana/kvmstats.json \
+		$(DESTDIR)$(PREFIX)/share/kvmstats/grafana/kvmstats.json
 
 format:
 	clang-format -i $(LIB_SRC) $(CLI_SRC) include/*.h lib/*.h cli/*.h \
