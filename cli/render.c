@@ -31,8 +31,12 @@ struct json_object *stat_json(const struct kvmstats_stat *st,
 	return a;
 }
 
-struct json_object *stats_json(const struct kvmstats_schema *s,
-			       const void *data, const uint64_t *missing)
+static struct json_object *stat_json_verbose(const struct kvmstats_stat *st,
+					     struct json_object *value);
+
+static struct json_object *stats_obj(const struct kvmstats_schema *s,
+				     const void *data, const uint64_t *missing,
+				     bool verbose)
 {
 	struct json_object *o = json_object_new_object();
 	const struct kvmstats_stat *st;
@@ -43,9 +47,16 @@ struct json_object *stats_json(const struct kvmstats_schema *s,
 
 		if (!missing || !((missing[i / 64] >> (i % 64)) & 1))
 			v = stat_json(st, kvmstats_stat__values(st, data));
-		json_object_object_add(o, kvmstats_stat__name(st), v);
+		json_object_object_add(o, kvmstats_stat__name(st),
+				       verbose ? stat_json_verbose(st, v) : v);
 	}
 	return o;
+}
+
+struct json_object *stats_json(const struct kvmstats_schema *s,
+			       const void *data, const uint64_t *missing)
+{
+	return stats_obj(s, data, missing, false);
 }
 
 /* [[lo, hi], ...] per bucket in raw units; hi null for the last one,
@@ -102,19 +113,7 @@ struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
 				       const void *data,
 				       const uint64_t *missing)
 {
-	struct json_object *o = json_object_new_object();
-	const struct kvmstats_stat *st;
-
-	kvmstats_schema__for_each(st, s) {
-		uint32_t i = kvmstats_stat__index(st);
-		struct json_object *v = NULL;
-
-		if (!missing || !((missing[i / 64] >> (i % 64)) & 1))
-			v = stat_json(st, kvmstats_stat__values(st, data));
-		json_object_object_add(o, kvmstats_stat__name(st),
-				       stat_json_verbose(st, v));
-	}
-	return o;
+	return stats_obj(s, data, missing, true);
 }
 
 /* ---- CSV ------------------------------------------------------------ */

@@ -11,16 +11,6 @@ for t in curl jq prometheus; do
 done
 VMS=3
 
-# free_port: a loopback port nobody listens on (bounded tries).
-free_port() {
-	local p i
-	for i in $(seq 50); do
-		p=$((20000 + RANDOM % 20000))
-		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
-	done
-	return 1
-}
-
 # query EXPR: Prometheus' instant query result (the JSON "result" array).
 query() {
 	curl -sS --max-time 10 --data-urlencode "query=$1" \
