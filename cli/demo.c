@@ -231,8 +231,9 @@ static int play_recording(struct cli *cli, int err, const char *interval)
 		snprintf(notice, sizeof(notice),
 			 "recorded: no /dev/kvm (%s). Live VMs: %s. q quits",
 			 strerror(err),
-			 err == EACCES || err == EPERM ? "kvm group or sudo"
-						       : "modprobe kvm_intel or kvm_amd");
+			 err == EACCES || err == EPERM
+				 ? "kvm group or sudo"
+				 : "modprobe kvm_intel or kvm_amd");
 	if (!interval)
 		argv[4] = NULL;
 	cli->argc = interval ? 6 : 4;

@@ -234,7 +234,8 @@ static void csv_reading(struct csv *c, const struct reading *rd,
 	}
 }
 
-static void csv_vm(struct csv *c, struct kvmstats_vmm *v, struct kvmstats_vm *vm)
+static void csv_vm(struct csv *c, struct kvmstats_vmm *v,
+		   struct kvmstats_vm *vm)
 {
 	struct csv_who w = { kvmstats_vmm__pid(v), kvmstats_vmm__name(v),
 			     NULL, -1 };
@@ -505,8 +506,8 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:vh", opts,
-				NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:vh",
+				opts, NULL)) != -1) {
 		int used = cli_target_opt(cli, &a, c, optarg);
 
 		if (used < 0)

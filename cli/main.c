@@ -165,7 +165,8 @@ static int cmd_help(struct cli *cli, int argc, char **argv)
 	}
 	c = find_cmd(argv[1]);
 	if (!c) {
-		cli_err(cli, "what is '%s'? Try '%s help'.", argv[1], cli->prog);
+		cli_err(cli, "what is '%s'? Try '%s help'.", argv[1],
+			cli->prog);
 		return EXIT_USAGE;
 	}
 	cli->cmd = c->name;
@@ -179,7 +180,7 @@ static int cmd_help(struct cli *cli, int argc, char **argv)
 static void print_version(const struct cli *cli)
 {
 	const struct build_info *bi = build_info();
-	struct json_object *o;
+	struct json_object *o, *version, *commit;
 
 	if (cli->format != OUT_JSON) {
 		printf("kvmstats %s (", kvmstats_version_string());
@@ -190,11 +191,10 @@ static void print_version(const struct cli *cli)
 		return;
 	}
 	o = json_object_new_object();
-	json_object_object_add(o, "version", json_object_new_string(
-						     kvmstats_version_string()));
-	json_object_object_add(o, "commit",
-			       bi->commit[0] ? json_object_new_string(bi->commit)
-					     : NULL);
+	version = json_object_new_string(kvmstats_version_string());
+	commit = bi->commit[0] ? json_object_new_string(bi->commit) : NULL;
+	json_object_object_add(o, "version", version);
+	json_object_object_add(o, "commit", commit);
 	json_object_object_add(o, "compiler",
 			       json_object_new_string(bi->compiler));
 	json_object_object_add(o, "arch", json_object_new_string(bi->arch));

@@ -164,7 +164,8 @@ void prom_process_metrics(struct prom_buf *b, enum prom_format f)
 			    "CPU time the exporter has used, user and system");
 		prom_sample(b, "process_cpu_seconds_total", NULL, s.cpu_s);
 		prom_family(b, f, "process_virtual_memory_bytes", "gauge",
-			    "bytes", "Size of the exporter's virtual address space");
+			    "bytes",
+			    "Size of the exporter's virtual address space");
 		prom_sample_u64(b, "process_virtual_memory_bytes", NULL,
 				s.vsize);
 		prom_family(b, f, "process_resident_memory_bytes", "gauge",

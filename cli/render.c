@@ -67,7 +67,7 @@ static struct json_object *bounds_json(const struct kvmstats_stat *st)
 	struct json_object *a = json_object_new_array_ext((int)n);
 
 	for (uint32_t i = 0; i < n; i++) {
-		struct json_object *b = json_object_new_array_ext(2);
+		struct json_object *b = json_object_new_array_ext(2), *top;
 		double lo, hi;
 
 		if (kvmstats_hist__bucket_bounds(st, i, &lo, &hi)) {
@@ -75,9 +75,10 @@ static struct json_object *bounds_json(const struct kvmstats_stat *st)
 			json_object_put(a);
 			return NULL;
 		}
+		/* The last bucket takes every larger value: no upper bound. */
+		top = isinf(hi) ? NULL : json_object_new_uint64((uint64_t)hi);
 		json_object_array_add(b, json_object_new_uint64((uint64_t)lo));
-		json_object_array_add(b, isinf(hi) ? NULL
-					  : json_object_new_uint64((uint64_t)hi));
+		json_object_array_add(b, top);
 		json_object_array_add(a, b);
 	}
 	return a;
@@ -86,20 +87,21 @@ static struct json_object *bounds_json(const struct kvmstats_stat *st)
 static struct json_object *stat_json_verbose(const struct kvmstats_stat *st,
 					     struct json_object *value)
 {
-	struct json_object *o = json_object_new_object();
+	struct json_object *o = json_object_new_object(), *exp;
 	unsigned int base = kvmstats_stat__base(st);
+	int b = base == KVMSTATS_BASE_POW10 ? 10
+		: base == KVMSTATS_BASE_POW2 ? 2
+					     : 0;
 
 	json_object_object_add(o, "value", value);
 	json_object_object_add(o, "type", json_object_new_string(
 				   kvmstats_type_str(kvmstats_stat__type(st))));
 	json_object_object_add(o, "unit", json_object_new_string(
 				   kvmstats_unit_str(kvmstats_stat__unit(st))));
-	json_object_object_add(o, "base",
-			       base == KVMSTATS_BASE_POW10  ? json_object_new_int(10)
-			       : base == KVMSTATS_BASE_POW2 ? json_object_new_int(2)
-							    : NULL);
-	json_object_object_add(o, "exponent",
-			       json_object_new_int(kvmstats_stat__exponent(st)));
+	/* A base this version does not know is null, not a guess. */
+	json_object_object_add(o, "base", b ? json_object_new_int(b) : NULL);
+	exp = json_object_new_int(kvmstats_stat__exponent(st));
+	json_object_object_add(o, "exponent", exp);
 	if (!is_hist(st))
 		return o;
 	if (kvmstats_stat__type(st) == KVMSTATS_TYPE_LINEAR_HIST)

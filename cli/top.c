@@ -26,7 +26,8 @@
 
 static const char top_usage[] =
 	"[--once|-1] [--json] [--interval|-s SECONDS] [--fields|-f REGEX]\n"
-	"       [--skip-zero|-z] [--include-past|-i] [--replay FILE [--loop]]\n      "
+	"       [--skip-zero|-z] [--include-past|-i]\n"
+	"       [--replay FILE [--loop]]\n      "
 	" " CLI_TARGET_USAGE;
 
 /* A VMM list rescan walks /proc; a sweep is one pread per fd. */
