@@ -133,11 +133,11 @@ static int find_tinyvmm(struct demo *d)
 		if (executable(d->tinyvmm))
 			return 0;
 		cli_err(d->cli,
-			"demo: KVMSTATS_TINYVMM=%s is not an executable", env);
+			"KVMSTATS_TINYVMM=%s is not an executable", env);
 		return -1;
 	}
 	if (self_dir(self, sizeof(self))) {
-		cli_err(d->cli, "demo: /proc/self/exe: %s", strerror(errno));
+		cli_err(d->cli, "/proc/self/exe: %s", strerror(errno));
 		return -1;
 	}
 	snprintf(d->tinyvmm, sizeof(d->tinyvmm), "%s/tinyvmm", self);
@@ -148,7 +148,7 @@ static int find_tinyvmm(struct demo *d)
 	if (executable(d->tinyvmm))
 		return 0;
 	cli_err(d->cli,
-		"demo: the tiny VMM is missing (looked for %s/tinyvmm and "
+		"the tiny VMM is missing (looked for %s/tinyvmm and "
 		"%s/../libexec/kvmstats/tinyvmm; 'make build' builds it)",
 		self, self);
 	return -1;
@@ -328,7 +328,7 @@ static int spawn(struct demo *d, struct guest *g)
 	fflush(NULL);
 	g->pid = fork();
 	if (g->pid < 0) {
-		cli_err(d->cli, "demo: fork: %s", strerror(errno));
+		cli_err(d->cli, "fork: %s", strerror(errno));
 		return -1;
 	}
 	if (!g->pid)
@@ -347,7 +347,7 @@ static void report_death(struct demo *d, struct guest *g, int status)
 		close(fd);
 	why[n > 0 ? n : 0] = 0;
 	why[strcspn(why, "\n")] = 0;
-	cli_warn(d->cli, "demo: the guest with %s %s (%s)", g->what,
+	cli_warn(d->cli, "the guest with %s %s (%s)", g->what,
 		 WIFSIGNALED(status) ? "was killed" : "failed",
 		 why[0]		       ? why
 		 : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
@@ -399,7 +399,7 @@ static size_t wait_ready(struct demo *d)
 		if (d->g[i].pid && !d->g[i].ready)
 			cli_warn(
 				d->cli,
-				"demo: the guest with %s did not start in time",
+				"the guest with %s did not start in time",
 				d->g[i].what);
 		running += d->g[i].pid && d->g[i].ready;
 	}
@@ -563,7 +563,7 @@ static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
 		}
 	}
 	if (optind < argc) {
-		cli_err(cli, "demo: unexpected argument '%s'", argv[optind]);
+		cli_err(cli, "unexpected argument '%s'", argv[optind]);
 		return cli_usage(cli, "demo", demo_usage);
 	}
 	if (*recording && *no_top) {
@@ -595,7 +595,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		return no_kvm(cli, err, rec, found);
 	}
 	if (!no_top && !tty) {
-		cli_err(cli, "demo: top needs a terminal; use 'demo --no-top'");
+		cli_err(cli, "top needs a terminal; use 'demo --no-top'");
 		return EXIT_FAIL;
 	}
 	if (err || recording)
@@ -604,7 +604,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		return EXIT_FAIL;
 	snprintf(d.dir, sizeof(d.dir), "/tmp/kvmstats-demo.XXXXXX");
 	if (!mkdtemp(d.dir)) {
-		cli_err(cli, "demo: %s: %s", d.dir, strerror(errno));
+		cli_err(cli, "%s: %s", d.dir, strerror(errno));
 		return EXIT_FAIL;
 	}
 	plan(&d, nvms);
@@ -623,7 +623,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		goto out;
 	}
 	if (!running) {
-		cli_err(cli, "demo: no guest could start");
+		cli_err(cli, "no guest could start");
 		goto out;
 	}
 	if (no_top) {
