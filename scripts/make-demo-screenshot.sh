@@ -27,6 +27,4 @@ if [ "$VIEW" = vm ]; then
 	WAIT=$((WAIT - 1))
 fi
 sleep "$WAIT"
-tmux -S "$SOCK" send-keys p	# pause: the capture sees one frame
-sleep 0.3
 tmux -S "$SOCK" capture-pane -p | sed 's/ *$//' | cat -s | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'
