@@ -299,7 +299,12 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)
 				continue;
 			vcpu_label(index[i], label, sizeof(label));
-			hist_line(label, &rd[i], st);
+			if (stat_missing(&rd[i], st))
+				printf("  %-28s %-8s n/a (not available from source %s)\n",
+				       kvmstats_stat__name(st), label,
+				       kvmstats_reader__source(rd[i].r));
+			else
+				hist_line(label, &rd[i], st);
 		}
 	}
 }

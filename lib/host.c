@@ -162,6 +162,28 @@ static void vmm_reset(struct kvmstats_vmm *v)
 	v->memory_bytes = 0;
 }
 
+/* A process that holds no KVM VM fd is no VMM: no source is worth a try
+ * (pid 1, a typo), and saying so beats a source's own complaint. */
+static int not_a_vmm(pid_t pid, char *why, size_t why_sz)
+{
+	struct kvmstats_proc_fd *fds = NULL;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+	bool vm = false;
+
+	if (n < 0) {
+		ks_err(why, why_sz, "%s", n == -ESRCH ? "no such process" :
+		       strerror(-n));
+		return n;
+	}
+	for (int i = 0; i < n; i++)
+		vm |= fds[i].kind == KVMSTATS_FD_VM;
+	free(fds);
+	if (vm)
+		return 0;
+	ks_err(why, why_sz, "not a VMM (it holds no KVM VM fd)");
+	return -ENOENT;
+}
+
 /* Try the sources in order of preference; the first that opens wins. */
 static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 				     char *why, size_t why_sz)
@@ -178,6 +200,10 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 		goto err;
 	}
 	kvmstats_proc__name(pid, v->name, sizeof(v->name));
+	err = not_a_vmm(pid, why, why_sz);
+	if (err)
+		goto err;
+	err = -ENOENT;
 	for (size_t i = 0; i < ARRAY_SIZE(sources); i++) {
 		const struct ks_source *s = sources[i];
 
