@@ -404,10 +404,10 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 		print_json(cli, rows, n);
 	else if (n)
 		print_table(rows, n);
-	if (cli->format != OUT_JSON && cli->verbose > 0)
-		print_details(rows, n);
 	else
 		printf("no VMM on this host (no process holds a KVM VM fd)\n");
+	if (cli->format != OUT_JSON && cli->verbose > 0)
+		print_details(rows, n);
 	ret = bad ? EXIT_FAIL : EXIT_OK;
 out:
 	free(rows);

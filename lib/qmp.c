@@ -66,6 +66,7 @@ struct ks_qmp {
 	int64_t next_id;	/* from a random base: see qmp_new() */
 	bool caps_pending;	/* qmp_capabilities goes with the first batch */
 	char version[32];	/* from the greeting */
+	size_t max_msg;		/* bytes one message may take */
 };
 
 static uint64_t now_ns(void)
@@ -234,7 +235,7 @@ static int parse_buffered(struct ks_qmp *q, struct json_object **out)
 	if (jerr != json_tokener_continue)
 		return -EPROTO;
 	q->msg_bytes += used;
-	return q->msg_bytes > QMP_MAX_MSG ? -EMSGSIZE : 0;
+	return q->msg_bytes > q->max_msg ? -EMSGSIZE : 0;
 }
 
 /* The next JSON object of the stream. */
@@ -431,6 +432,11 @@ const char *ks_qmp_version(const struct ks_qmp *q)
 	return q->version;
 }
 
+void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes)
+{
+	q->max_msg = bytes < QMP_MAX_MSG ? bytes : QMP_MAX_MSG;
+}
+
 /* The greeting. An answer or event before it is skipped: QEMU sends the
  * answer to a command still running when its client left to the next
  * client. */
@@ -463,6 +469,7 @@ static struct ks_qmp *qmp_new(void)
 		return NULL;
 	q->fd = -1;
 	q->cancel_fd = -1;
+	q->max_msg = QMP_MAX_MSG;
 	/* Ids nobody else uses: an answer meant for another client (one
 	 * that left while its command ran) is never taken for ours. */
 	if (getrandom(&q->next_id, sizeof(q->next_id), GRND_NONBLOCK) !=

@@ -55,6 +55,9 @@ int ks_qmp_connect_fd(struct ks_qmp **out, int pathfd, const struct stat *st,
 		      const char *label, pid_t pid, int cancel_fd,
 		      unsigned int flags, uint64_t deadline_ns, char *err,
 		      size_t errsz);
+/* Refuse (-EMSGSIZE) messages bigger than @bytes (at most 64 MiB, the
+ * default): what an answer may take is the caller's to know. */
+void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes);
 /* QEMU's version from the greeting ("10.0.2"); "" when it gave none. */
 const char *ks_qmp_version(const struct ks_qmp *q);
 

@@ -522,9 +522,8 @@ int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
 	if (!denied[0])
 		return fd;
 	close(fd);
-	set_err(err, errsz, "QMP socket %s named by pid %d: refused: the process "
-		"(uid %u) could not use it itself (%s) and does not listen on it; "
-		"give the socket with --qmp if it is its monitor", path, (int)pid,
+	set_err(err, errsz, "QMP socket %s: refused: pid %d (uid %u) neither "
+		"listens on it nor could use it itself (%s)", path, (int)pid,
 		(unsigned int)c.uid, denied);
 	return -EACCES;
 }

@@ -190,6 +190,14 @@ static int query(struct qmp_vmm *m, struct ks_qmp *q, uint64_t deadline,
 	return 0;
 }
 
+/* What one answer may take: query-stats of a vCPU is about 2.5 KiB
+ * (45 stats, three histograms of 32 buckets), so 16 KiB per vCPU the VMM
+ * can have, and 1 MiB for the rest. A monitor saying more is refused. */
+static size_t max_answer(unsigned int vcpus)
+{
+	return (1u << 20) + (size_t)vcpus * (16u << 10);
+}
+
 /* Record a failed poll. Lock held. */
 static void poll_failed(struct qmp_vmm *m, int err)
 {
@@ -227,8 +235,12 @@ static void poll_once(struct qmp_vmm *m)
 	int err;
 
 	err = connect_pinned(m, &q, flags, deadline, NULL, 0);
-	if (!err)
+	if (!err) {
+		pthread_mutex_lock(&m->lock);
+		ks_qmp_set_max_msg(q, max_answer(m->cpus.limit));
+		pthread_mutex_unlock(&m->lock);
 		err = query(m, q, deadline, &vm, &vcpu, &cpus, false, NULL, 0);
+	}
 	ks_qmp_close(q);
 	pthread_mutex_lock(&m->lock);
 	if (!err)
@@ -664,6 +676,8 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	int err;
 
 	snprintf(m->version, sizeof(m->version), "%s", ks_qmp_version(q));
+	m->cpus.limit = ks_qmp_vcpu_fds(m->pid);
+	ks_qmp_set_max_msg(q, max_answer(m->cpus.limit));
 	json_object_object_add(args, "provider", json_object_new_string("kvm"));
 	err = ks_qmp_call(q, "query-stats-schemas", args, deadline, &schemas,
 			  why, sizeof(why));
@@ -687,7 +701,6 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	if (err)
 		goto out;
 	pthread_mutex_lock(&m->lock);
-	m->cpus.limit = ks_qmp_vcpu_fds(m->pid);
 	err = publish(m, vm, vcpu, cpus);
 	pthread_mutex_unlock(&m->lock);
 	v->memory_bytes = memory_size(q, deadline);

@@ -43,7 +43,7 @@ qemu_vm() {
 	# No multiboot guest built: QEMU runs its firmware, which is enough
 	# for a VM with vCPUs and stats.
 	QMP_SOCK=$TMP/$name.qmp
-	qemu-system-x86_64 -enable-kvm -m 64 -smp 1,maxcpus=4 -display none \
+	"$QEMU" -enable-kvm -m 64 -smp 1,maxcpus=4 -display none \
 		-nodefaults -no-user-config -name "guest=$name" \
 		-qmp "unix:$QMP_SOCK,server=on,wait=off" "${extra[@]}" &
 	QEMU_PID=$!
