@@ -166,11 +166,22 @@ libvirt_start() {
 	getent passwd libvirt-qemu >/dev/null ||
 		echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >>"$LV/passwd"
 	getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>"$LV/group"
+	# $QEMU's directory stays visible if a tmpfs below would hide it
+	# (tests/qemu/fetch.sh unpacks under /var/cache).
+	local qdir keep=""
+	qdir=$(dirname "$(qemu_path)")
+	case $qdir in /run/* | /var/lib/* | /var/log/* | /var/cache/*)
+		mkdir -p "$LV/qemu"
+		keep="mount --bind '$qdir' '$LV/qemu'"
+		;;
+	esac
 	# The namespace's first process mounts, starts both daemons and
 	# reaps them (bash's wait) when they are stopped.
 	cat >"$LV/ns.sh" <<-NS
 		set -e
+		${keep:+$keep}
 		for d in /run /var/lib /var/log /var/cache; do mount -t tmpfs tmpfs \$d; done
+		${keep:+mkdir -p '$qdir' && mount --bind '$LV/qemu' '$qdir'}
 		mount --bind "$LV/etc" /etc/libvirt
 		mount --bind "$LV/passwd" /etc/passwd
 		mount --bind "$LV/group" /etc/group
@@ -203,7 +214,8 @@ libvirt_start() {
 
 # libvirt_domain NAME VCPUS CMDLINE [DEVICES_XML]: a transient kvm domain
 # of $QEMU running our guest with CMDLINE, started, its READY awaited
-# (bounded). Sets DOM_PID; its serial output goes to $LV/NAME.serial. On
+# (bounded). With ACPI: without it libvirt 9.0 passes -no-acpi, which
+# QEMU 9+ no longer has. Sets DOM_PID; its serial output goes to $LV/NAME.serial. On
 # any exit the domain is destroyed first (libvirtd leaves QEMU running
 # when it is stopped). Returns 1 ($LV/create.log says why) when it did
 # not start.
@@ -219,6 +231,7 @@ libvirt_domain() {
 		    <kernel>$MBGUEST</kernel>
 		    <cmdline>$cmdline</cmdline>
 		  </os>
+		  <features><acpi/><apic/></features>
 		  <on_poweroff>destroy</on_poweroff>
 		  <devices>
 		    <emulator>$(qemu_path)</emulator>

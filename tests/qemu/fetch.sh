@@ -27,7 +27,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${KVMSTATS_TEST_CACHE:-/var/cache/kvmstats-test}
 SUITE=bookworm-backports
 # The backports packages of QEMU and what it needs beyond bookworm.
-PKGS=(qemu-system-x86 qemu-system-common qemu-system-data)
+# Every module package too: QEMU looks for a module it lacks in the
+# system QEMU's directory next, and aborts on one of another build
+# ("Only modules from the same build can be loaded"), which libvirt's
+# probe (qom-list-types loads them all) runs into.
+PKGS=(qemu-system-x86 qemu-system-common qemu-system-data qemu-system-gui
+	qemu-system-modules-opengl qemu-system-modules-spice qemu-block-extra)
 # Firmware: its own when backports has a build of it, else the system's.
 FIRMWARE=(seabios ipxe-qemu)
 
