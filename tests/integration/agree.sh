@@ -134,6 +134,18 @@ if qemu_holds_stats; then
 fi
 agree qemu-attach "$Q" "$KVMSTATS" dump --pid "$Q" --attach --json
 nulls_are qemu-attach '.nulls | length == 0' "attach has every stat"
+if qemu_holds_stats; then
+	# The VM's stats through attach: its ioctl runs in a helper thread
+	# (QEMU's main thread) and no vCPU is interrupted.
+	sig() { "$KVMSTATS" dump --pid "$Q" --source fd --json | jq -c '[.vms[0].vcpus[].stats.signal_exits]'; }
+	s0=$(sig)
+	"$KVMSTATS" dump --pid "$Q" --attach --json >"$TMP/att2.json" 2>/dev/null
+	s1=$(sig)
+	[ "$s0" = "$s1" ] && jq -e '.vms[0] | .vm_source == "attach" and .vcpu_source == "fd"' "$TMP/att2.json" >/dev/null &&
+		pass "agree: --attach on QEMU $(qemu_version) takes the VM stats alone and kicks no vCPU (signal_exits $s0 = $s1)" ||
+		fail "agree: --attach on QEMU $(qemu_version) takes the VM stats alone and kicks no vCPU" \
+			"signal_exits $s0 -> $s1; $(jq -c '.vms[0] | {vm_source, vcpu_source}' "$TMP/att2.json")"
+fi
 SUM=sum agree qemu-debugfs "$Q" in_debugfs "$KVMSTATS" dump --pid "$Q" --source debugfs --json
 # debugfs: histograms are never known (null); a file the kernel refuses
 # (lockdown: every writable one) is null; instant stats always read.
