@@ -118,8 +118,10 @@ int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 struct kvmstats_vm *ks_vmm_owner_vm(struct kvmstats_vmm *v, int fd);
 /* The VM of the VMM's KVM VM fd @vm_fd, or NULL. */
 struct kvmstats_vm *ks_vmm_vm_of_fd(const struct kvmstats_vmm *v, int vm_fd);
-/* Drop vCPU slot @i of @vm (its reader closed), keeping the order. */
-void ks_vm_drop_vcpu(struct kvmstats_vm *vm, size_t i);
+/* Give @v a source's state: the VMM's own source's, or (@vm_only) that of
+ * the source serving only its VM stats. Freed with @v, after its VMs. */
+void ks_vmm_set_priv(struct kvmstats_vmm *v, bool vm_only, void *priv,
+		     void (*priv_free)(void *priv));
 /* Read a small /proc file whole, NUL-terminated; bytes read or -errno. */
 ssize_t ks_read_small(const char *path, char *buf, size_t len);
 void ks_vm_free(struct kvmstats_vm *vm);

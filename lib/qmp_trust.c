@@ -37,6 +37,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "qmp.h"
 
 #define KS_MAX_LINKS 40		/* as the kernel's MAXSYMLINKS */
@@ -53,20 +54,6 @@ struct creds {
 	int ngroups;
 	bool dac_override, dac_read_search;
 };
-
-static void set_err(char *err, size_t errsz, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errsz)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- sock_diag ------------------------------------------------------- */
 
@@ -265,6 +252,22 @@ static bool may(const struct creds *c, const struct stat *st, unsigned int want)
 
 /* ---- the walk --------------------------------------------------------- */
 
+/* An O_PATH fd of @name in @dir, and its stat; -errno. */
+static int path_open(int dir, const char *name, int flags, struct stat *st)
+{
+	int fd = openat(dir, name, O_PATH | O_CLOEXEC | flags);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st)) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
 struct walk {
 	int stack[MAX_DEPTH];	/* directories from the start, fds */
 	int depth;
@@ -321,7 +324,7 @@ static void walked_add(struct walk *w, const char *comp)
  * an O_PATH fd of what it names (a symlink is not followed). */
 static int step(struct walk *w, const char *comp, struct stat *st)
 {
-	int dir = w->stack[w->depth - 1], fd;
+	int dir = w->stack[w->depth - 1];
 	struct stat ds;
 	char what[PATH_MAX + 64];
 
@@ -332,16 +335,7 @@ static int step(struct walk *w, const char *comp, struct stat *st)
 			 w->walked[0] ? w->walked : ".");
 		note_denied(w, what);
 	}
-	fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, st)) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
+	return path_open(dir, comp, O_NOFOLLOW, st);
 }
 
 /* Resolve @path to an O_PATH fd of the file it names, following links
@@ -473,20 +467,6 @@ static int resolve_as(pid_t pid, const char *path, const struct creds *c,
 	return fd;
 }
 
-static int plain_open(const char *path, struct stat *st)
-{
-	int fd = open(path, O_PATH | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, st)) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
 
 int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
 		     char *err, size_t errsz)
@@ -497,7 +477,7 @@ int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
 
 	if (pid <= 0) {
 		/* The user's own word (--qmp): our view, our rights. */
-		fd = plain_open(path, st);
+		fd = path_open(AT_FDCWD, path, 0, st);
 		e = fd;
 	} else {
 		e = read_creds(pid, &c);
@@ -505,14 +485,14 @@ int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
 		e = fd;
 	}
 	if (fd < 0) {
-		set_err(err, errsz, "QMP socket %s: %s", path,
+		ks_err(err, errsz, "QMP socket %s: %s", path,
 			e == -EXDEV ? "leaves its working directory (\"..\")"
 				    : strerror(-e));
 		return e;
 	}
 	if (!S_ISSOCK(st->st_mode)) {
 		close(fd);
-		set_err(err, errsz, "QMP socket %s: %s", path, strerror(ENOTSOCK));
+		ks_err(err, errsz, "QMP socket %s: %s", path, strerror(ENOTSOCK));
 		return -ENOTSOCK;
 	}
 	if (pid <= 0 || held_by(pid, st))
@@ -522,7 +502,7 @@ int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
 	if (!denied[0])
 		return fd;
 	close(fd);
-	set_err(err, errsz, "QMP socket %s: refused: pid %d (uid %u) neither "
+	ks_err(err, errsz, "QMP socket %s: refused: pid %d (uid %u) neither "
 		"listens on it nor could use it itself (%s)", path, (int)pid,
 		(unsigned int)c.uid, denied);
 	return -EACCES;

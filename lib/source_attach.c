@@ -802,13 +802,7 @@ static int attach_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 
 	if (!p)
 		return -ENOMEM;
-	if (a->vm_only) {
-		v->vm_priv = p;
-		v->vm_priv_free = priv_free;
-	} else {
-		v->priv = p;
-		v->priv_free = priv_free;
-	}
+	ks_vmm_set_priv(v, a->vm_only, p, priv_free);
 	err = attach_pass(a, v);
 	if (err == 0) {
 		ks_err(a->errbuf, a->errbuf_sz, "attach: holds no KVM %s fd",

@@ -845,13 +845,7 @@ static int libvirt_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 	}
 	lv->st = st;
 	/* With a->vm_only, the VM stats of a VMM another source reads. */
-	if (a->vm_only) {
-		v->vm_priv = lv;
-		v->vm_priv_free = lv_vmm_free;
-	} else {
-		v->priv = lv;
-		v->priv_free = lv_vmm_free;
-	}
+	ks_vmm_set_priv(v, a->vm_only, lv, lv_vmm_free);
 	err = lv_start(a, st);
 	if (err)
 		return err;	/* the host frees lv */

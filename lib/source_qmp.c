@@ -765,13 +765,7 @@ static int qmp_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 		return err;
 	}
 	/* Freed with the VMM from here on (after its readers). */
-	if (a->vm_only) {
-		v->vm_priv = m;
-		v->vm_priv_free = qmp_vmm_free;
-	} else {
-		v->priv = m;
-		v->priv_free = qmp_vmm_free;
-	}
+	ks_vmm_set_priv(v, a->vm_only, m, qmp_vmm_free);
 	/* The kernel names a VM after the thread that created it: QEMU's
 	 * main thread, whose id is the pid. */
 	snprintf(id, sizeof(id), "kvm-%d", (int)v->pid);

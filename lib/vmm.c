@@ -80,16 +80,6 @@ int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 	return 0;
 }
 
-void ks_vm_drop_vcpu(struct kvmstats_vm *vm, size_t i)
-{
-	if (i >= vm->nvcpus)
-		return;
-	kvmstats_reader__close(vm->vcpus[i].r);
-	memmove(&vm->vcpus[i], &vm->vcpus[i + 1],
-		(vm->nvcpus - i - 1) * sizeof(*vm->vcpus));
-	vm->nvcpus--;
-}
-
 int kvmstats_vm__add_vcpu(struct kvmstats_vm *vm, int index,
 			  struct kvmstats_reader *r)
 {
@@ -109,6 +99,18 @@ static bool taken(const struct kvmstats_vmm *v, int fd)
 				return true;
 	}
 	return false;
+}
+
+void ks_vmm_set_priv(struct kvmstats_vmm *v, bool vm_only, void *priv,
+		     void (*priv_free)(void *priv))
+{
+	if (vm_only) {
+		v->vm_priv = priv;
+		v->vm_priv_free = priv_free;
+	} else {
+		v->priv = priv;
+		v->priv_free = priv_free;
+	}
 }
 
 void ks_vm_free(struct kvmstats_vm *vm)
