@@ -517,7 +517,7 @@ static uint64_t unit_bytes(const char *u)
 
 /* One line of `info ramblock`: NAME... PSIZE UNIT OFFSET USED TOTAL,
  * parsed from the right (a name could hold a space). */
-static bool parse_block_line(char *line, struct qblock *b)
+static bool parse_block_line(char *line, int extra, struct qblock *b)
 {
 	char *t[32], *save = NULL;
 	int k = 0;
@@ -526,6 +526,7 @@ static bool parse_block_line(char *line, struct qblock *b)
 	for (char *s = strtok_r(line, " \t\r", &save); s && k < 32;
 	     s = strtok_r(NULL, " \t\r", &save))
 		t[k++] = s;
+	k -= extra;	/* columns after Total (QEMU 10: HVA, RO) */
 	if (k < 6 || strncmp(t[k - 1], "0x", 2))
 		return false;
 	b->total = strtoull(t[k - 1], NULL, 16);
@@ -538,11 +539,27 @@ static bool parse_block_line(char *line, struct qblock *b)
 	return b->total && b->used <= b->total;
 }
 
+/* The columns the header names after "Total": none up to QEMU 9, "HVA"
+ * and "RO" from QEMU 10 on. */
+static int header_extra(const char *header)
+{
+	const char *p = strstr(header, "Total");
+	int n = 0;
+
+	for (p = p ? p + 5 : ""; *p; n++) {
+		p += strspn(p, " \t\r");
+		if (!*p)
+			break;
+		p += strcspn(p, " \t\r");
+	}
+	return n > 8 ? 8 : n;
+}
+
 static int parse_blocks(const char *text, struct qblock **out, size_t *n)
 {
 	char *copy = strdup(text), *save = NULL;
 	struct qblock b, *v = NULL;
-	int err = 0;
+	int err = 0, extra = 0;
 
 	if (!copy)
 		return -ENOMEM;
@@ -550,7 +567,11 @@ static int parse_blocks(const char *text, struct qblock **out, size_t *n)
 	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
 		void *p;
 
-		if (strstr(l, "Block Name") || !parse_block_line(l, &b))
+		if (strstr(l, "Block Name")) {
+			extra = header_extra(l);
+			continue;
+		}
+		if (!parse_block_line(l, extra, &b))
 			continue;
 		p = realloc(v, (*n + 1) * sizeof(*v));
 		if (!p) {

@@ -102,7 +102,13 @@ check "units come from the kernel: halt_wait_ns is shown in seconds" \
 
 # auto: QMP is libvirt's, so libvirt serves it; list knows its memory.
 "${LV_NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --json >"$LV/auto.json" 2>/dev/null
-check "auto picks libvirt for a libvirt domain" jq -e '.vms[0].source == "libvirt"' "$LV/auto.json"
+# QEMU 8.1+ holds its vCPUs' stats fds: those, and libvirt for the VM stats.
+if qemu_holds_stats; then
+	check "auto reads the domain's vCPUs from QEMU $(qemu_version)'s fds, its VM stats through libvirt" \
+		jq -e '.vms[0] | .source == "fd" and .vm_source == "libvirt" and .vcpu_source == "fd" and (.stats | length) > 0' "$LV/auto.json"
+else
+	check "auto picks libvirt for a libvirt domain" jq -e '.vms[0].source == "libvirt"' "$LV/auto.json"
+fi
 "${LV_NS[@]}" "$KVMSTATS" list --json >"$LV/list.json" 2>/dev/null
 check "list shows the domain's name, memory and the libvirt source" \
 	jq -e --argjson p "$QEMU_PID" --arg n "$DOM" \

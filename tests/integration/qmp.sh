@@ -389,6 +389,14 @@ n=$("$KVMSTATS" list --pid "$Q1" --json | jq length)
 rc=$?
 [ $rc = 1 ] && grep -q "not a VMM" "$TMP/l1.err" && pass "qmp: list --pid of a process that is no VMM fails" ||
 	fail "qmp: list --pid of a process that is no VMM fails" "rc $rc $(cat "$TMP/l1.err")"
+# dump and top say the same as list, not "Success".
+for cmd in "dump" "top --once"; do
+	"$KVMSTATS" $cmd --pid 1 >/dev/null 2>"$TMP/p1.err"
+	rc=$?
+	[ $rc = 1 ] && grep -q "pid 1: not a VMM (it holds no KVM VM fd)" "$TMP/p1.err" &&
+		pass "qmp: $cmd --pid 1 says why it cannot be read" ||
+		fail "qmp: $cmd --pid 1 says why it cannot be read" "rc $rc $(cat "$TMP/p1.err")"
+done
 "$KVMSTATS" list >"$TMP/l.txt" 2>&1
 hdr=$(head -1 "$TMP/l.txt")
 row=$(grep -E "^ *$Q1 " "$TMP/l.txt")
