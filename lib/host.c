@@ -459,7 +459,7 @@ static void remember_failure(struct kvmstats_host *h, pid_t pid,
 	if (rt->backoff_ns < KS_RETRY_MAX_NS)
 		rt->backoff_ns *= 2;
 	rt->next_ns = ks_now_ns() + rt->backoff_ns;
-	snprintf(rt->why, sizeof(rt->why), "%s", why);
+	snprintf(rt->why, sizeof(rt->why), "%.*s", (int)sizeof(rt->why) - 1, why);
 }
 
 static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)

@@ -737,7 +737,8 @@ static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
 	ram->how = KVMSTATS_RAM_QMP;
 	if (unmatched[0])
 		snprintf(ram->note, sizeof(ram->note),
-			 "RAM blocks without a matching mapping: %s", unmatched);
+			 "RAM blocks without a matching mapping: %.*s",
+			 (int)sizeof(ram->note) - 40, unmatched);
 out:
 	free(b);
 	return err;

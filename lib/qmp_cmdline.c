@@ -141,9 +141,44 @@ static bool legacy_unix(const char *val, char *path, size_t len)
 	return opt_on(val + 5, "server");
 }
 
-/* The path of the listening socket chardev @id, if any. */
-static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len);
+/* The file the unix socket behind @pid's fd @fd is bound to, from
+ * /proc/PID/net/unix (the path as bound, in @pid's view). */
+static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len)
+{
+	char path[64], link[64], line[PATH_MAX + 128];
+	unsigned long inode, ino;
+	bool found = false;
+	ssize_t n;
+	FILE *f;
 
+	if (strspn(fd, "0123456789") != strlen(fd) || strlen(fd) > 9)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return false;
+	link[n] = 0;
+	if (sscanf(link, "socket:[%lu]", &inode) != 1)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		int pos = 0;
+
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %n", &ino, &pos) != 1 ||
+		    !pos || ino != inode || line[pos] != '/')
+			continue;
+		line[pos + strcspn(line + pos, "\n")] = 0;
+		snprintf(out, len, "%s", line + pos);
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The path of the listening socket chardev @id, if any. */
 static bool chardev_path(const struct cmdline *c, pid_t pid, unsigned int flags,
 			 const char *id, char *path, size_t len)
 {
@@ -200,43 +235,6 @@ static int find_sockets(const struct cmdline *c, pid_t pid, unsigned int flags,
 			n++;
 	}
 	return n;
-}
-
-/* The file the unix socket behind @pid's fd @fd is bound to, from
- * /proc/PID/net/unix (the path as bound, in @pid's view). */
-static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len)
-{
-	char path[64], link[64], line[PATH_MAX + 128];
-	unsigned long inode, ino;
-	bool found = false;
-	ssize_t n;
-	FILE *f;
-
-	if (strspn(fd, "0123456789") != strlen(fd) || strlen(fd) > 9)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n <= 0)
-		return false;
-	link[n] = 0;
-	if (sscanf(link, "socket:[%lu]", &inode) != 1)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		int pos = 0;
-
-		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %n", &ino, &pos) != 1 ||
-		    !pos || ino != inode || line[pos] != '/')
-			continue;
-		line[pos + strcspn(line + pos, "\n")] = 0;
-		snprintf(out, len, "%s", line + pos);
-		found = true;
-	}
-	fclose(f);
-	return found;
 }
 
 int ks_qmp_find_sockets(pid_t pid, unsigned int flags, char (*out)[PATH_MAX],
