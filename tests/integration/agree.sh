@@ -123,6 +123,14 @@ hist=$(oracle "$Q" | jq '[.vms[0].vcpus[].stats.halt_wait_hist | add] | add')
 
 agree qemu-qmp "$Q" "$KVMSTATS" dump --pid "$Q" --source qmp --json
 nulls_are qemu-qmp '.nulls | length == 0' "qmp knows every stat (no null)"
+# The order of QEMU's lists is learnt from the kernel: through the fds
+# QEMU 8.1+ holds, or through attach when allowed; else from the release.
+order() { "$KVMSTATS" list --pid "$Q" --source qmp "$@" --json 2>/dev/null | jq -r '.[0].qmp | "\(.hist_order)/\(.hist_order_from)"'; }
+if qemu_holds_stats; then o=$(order); else o="$(order)+$(order --attach)"; fi
+case $o in reversed/kernel | reversed/version+reversed/kernel)
+	pass "agree: QEMU $(qemu_version)'s histogram order checked against the kernel ($o)" ;;
+*) fail "agree: QEMU $(qemu_version)'s histogram order checked against the kernel" "$o" ;;
+esac
 agree qemu-auto "$Q" "$KVMSTATS" dump --pid "$Q" --json
 nulls_are qemu-auto '.nulls | length == 0' "auto shows every VM and vCPU stat (no null)"
 if qemu_holds_stats; then
