@@ -83,6 +83,25 @@ static void add_error(struct json_object *o, const struct reading *rd)
 				       json_object_new_string(strerror(-rd->err)));
 }
 
+static struct json_object *str_or_null(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* Which source serves each level, and why the VM stats have none. */
+static void add_levels(struct json_object *o, const struct kvmstats_vm *vm)
+{
+	const char *why = kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM);
+
+	json_object_object_add(o, "vm_source", str_or_null(
+		kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM)));
+	json_object_object_add(o, "vcpu_source", str_or_null(
+		kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU)));
+	if (*why)
+		json_object_object_add(o, "vm_unavailable",
+				       json_object_new_string(why));
+}
+
 static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 {
 	struct json_object *o = json_object_new_object();
@@ -96,6 +115,7 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 					     : NULL);
 	json_object_object_add(o, "source",
 			       json_object_new_string(kvmstats_vmm__source(v)));
+	add_levels(o, vm);
 	json_object_object_add(o, "stats", reading_json(&rd));
 	add_error(o, &rd);
 	drop(&rd);
@@ -368,9 +388,31 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)
 				continue;
 			vcpu_label(index[i], label, sizeof(label));
-			hist_line(label, &rd[i], st);
+			if (stat_missing(&rd[i], st))
+				printf("  %-28s %-8s n/a (not available from source %s)\n",
+				       kvmstats_stat__name(st), label,
+				       kvmstats_reader__source(rd[i].r));
+			else
+				hist_line(label, &rd[i], st);
 		}
 	}
+}
+
+/* "VM web1  pid 42  id kvm-42  source fd", plus the level sources when
+ * they differ ("VM stats: qmp, vCPU stats: fd"). */
+static void level_title(char *buf, size_t len, struct kvmstats_vmm *v,
+			const struct kvmstats_vm *vm, struct kvmstats_reader *r)
+{
+	const char *lv = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM);
+	const char *lc = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU);
+	int n;
+
+	n = snprintf(buf, len, "VM %s  pid %d  id %s  source %s",
+		     kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
+		     r ? kvmstats_reader__id(r) : "-", kvmstats_vmm__source(v));
+	if (n > 0 && (size_t)n < len && lv && lc && strcmp(lv, lc))
+		snprintf(buf + n, len - (size_t)n, " (VM stats: %s, vCPU stats: %s)",
+			 lv, lc);
 }
 
 static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
@@ -381,13 +423,12 @@ static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 	int *index = calloc(n ? n : 1, sizeof(*index));
 	char title[256];
 
-	snprintf(title, sizeof(title), "VM %s  pid %d  id %s  source %s",
-		 kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
-		 rd.r ? kvmstats_reader__id(rd.r) : "-", kvmstats_vmm__source(v));
+	level_title(title, sizeof(title), v, vm, rd.r);
 	if (rd.r)
 		table_single(title, &rd);
 	else
-		printf("%s\n", title);
+		printf("%s\n  VM stats: none (%s)\n", title,
+		       kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM));
 	drop(&rd);
 	if (!cr || !index)
 		goto out;

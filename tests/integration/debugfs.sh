@@ -136,6 +136,9 @@ check "the sum has every vCPU stat, and NAME_bucket0 per histogram" \
 "$KVMSTATS" dump --pid "$A" --source debugfs >"$TMP/a.txt" 2>&1
 check "the table shows the sum as vcpu-sum, and n/a for refused stats" \
 	bash -c "grep -q 'vcpu-sum' '$TMP/a.txt' && grep -Eq '^  exits +n/a' '$TMP/a.txt'"
+# A histogram debugfs cannot know is unavailable, never "n=0".
+check "the table shows a histogram as n/a, never a made-up n=0" \
+	bash -c "grep -Eq '^  halt_wait_hist +vcpu-sum +n/a' '$TMP/a.txt' && ! grep -q 'n=0' '$TMP/a.txt'"
 
 "$KVMSTATS" dump --pid "$A" --json >"$TMP/auto.json" 2>/dev/null
 check "auto picks debugfs for a VMM without stats fds or QMP" \

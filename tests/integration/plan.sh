@@ -18,7 +18,7 @@
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan
-for tool in qemu-system-x86_64 socat jq; do
+for tool in "$QEMU" socat jq; do
 	if ! command -v "$tool" >/dev/null; then
 		skip plan "$tool is not installed (scripts/deps.sh test)"
 		exit 0

@@ -13,7 +13,7 @@
 # exits is dropped from the gauges without a word while the other stays.
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_plan
-for t in curl promtool jq qemu-system-x86_64; do
+for t in curl promtool jq "$QEMU"; do
 	command -v $t >/dev/null || { skip serve_plan "$t is not installed"; exit 0; }
 done
 [ -e "$MBGUEST" ] || { skip serve_plan "$MBGUEST is not built"; exit 0; }
