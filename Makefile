@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats: `make` builds build/kvmstats, `make test` runs every test.
 # Missing Debian packages are installed first (as root) or named (otherwise).
 

@@ -2,6 +2,7 @@
 # Install the Debian packages a build or a test run needs, when missing.
 # Usage: scripts/deps.sh build|test
 # As root it runs apt-get; otherwise it prints the exact command to run.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -eu
 
 build="gcc make pkg-config libjson-c-dev libncurses-dev libmicrohttpd-dev

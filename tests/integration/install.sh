@@ -2,6 +2,7 @@
 # make install into a staging directory, then build a program against the
 # installed header, pkg-config file and shared library, and run it on the
 # kernel's own layouts: the library is usable as shipped.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 
 DEST=$TMP/stage

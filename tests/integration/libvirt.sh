@@ -7,6 +7,7 @@
 # /var/log and /var/cache are empty tmpfs, so the host's files and any
 # libvirtd of the host are untouched. virsh and kvmstats join that
 # namespace with nsenter; the pid namespace is the host's.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm libvirt
 
