@@ -796,6 +796,10 @@ static int attach_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 {
 	int err;
 
+#if !defined(__x86_64__)	/* the injection (inject.c) is x86_64's */
+	ks_err(a->errbuf, a->errbuf_sz, "attach: attach is only available on x86_64");
+	return -EOPNOTSUPP;
+#endif
 	v->priv = calloc(1, sizeof(struct attach_priv));
 	if (!v->priv)
 		return -ENOMEM;
