@@ -98,7 +98,12 @@ all: build
 ifeq ($(ARCH),x86_64)
 TEST_VMS := $(O)/tinyvmm $(O)/mbguest.elf
 endif
-build: $(O)/kvmstats $(O)/libkvmstats.so $(O)/libkvmstats.pc $(TEST_VMS)
+# What `install` installs (tinyvmm is `kvmstats demo`'s VMM); `build` adds
+# the test guest.
+PROGRAMS := $(O)/kvmstats $(O)/libkvmstats.so $(O)/libkvmstats.a \
+	$(O)/libkvmstats.pc $(filter %/tinyvmm,$(TEST_VMS))
+build: $(PROGRAMS) $(TEST_VMS)
+programs: $(PROGRAMS)
 
 deps:
 	@scripts/deps.sh build
@@ -221,7 +226,7 @@ INSTALLED = $(BINDIR)/kvmstats $(INCLUDEDIR)/kvmstats.h \
 define unit_sed
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $(1) > $(2)
 endef
-install: build
+install: $(PROGRAMS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) \
 		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
@@ -270,5 +275,5 @@ lint:
 clean:
 	rm -rf build build-san
 
-.PHONY: all build deps test-deps unit check bench run-bench test demo install \
+.PHONY: all build programs deps test-deps unit check bench run-bench test demo install \
 	uninstall dist format lint clean
