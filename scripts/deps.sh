@@ -10,7 +10,8 @@ libcap-ng-dev zlib1g-dev libyaml-dev libcrypt-dev"
 test="$build libvirt-dev libcmocka-dev clang libclang-rt-14-dev llvm
 qemu-system-x86 jq tmux prometheus wrk binutils socat procps psmisc
 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
-curl openssl"
+curl openssl
+debhelper dpkg-dev lintian gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
 
 case "${1:-build}" in
 build) want=$build ;;
