@@ -11,7 +11,7 @@ test="$build libvirt-dev libcmocka-dev clang libclang-rt-14-dev llvm
 qemu-system-x86 jq tmux prometheus wrk binutils socat procps psmisc
 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
 curl openssl
-debhelper dpkg-dev lintian gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+debhelper dpkg-dev lintian gcc-aarch64-linux-gnu qemu-user"
 
 case "${1:-build}" in
 build) want=$build ;;
