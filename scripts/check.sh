@@ -5,13 +5,13 @@
 # them. The unit tests whose source is not tagged `kvmstats-test:
 # needs=kvm`, every stats image of tests/fixtures and tests/tools/mkbad
 # through `kvmstats check --file`, and the fuzz harnesses replaying those
-# images once each. TAP lines, then "N passed, M failed".
+# images once each. TAP lines, then "N passed, M failed, K skipped".
 set -u
 cd "$(dirname "$0")/.."
 O=${O:-build}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvmstats-check.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 
 ok() { echo "ok - $1"; passed=$((passed + 1)); }
 nok() { echo "not ok - $1${2:+: $2}"; failed=$((failed + 1)); }
@@ -23,9 +23,12 @@ unit() {
 	timeout -k 5 300 env CMOCKA_MESSAGE_OUTPUT=TAP "$1" >"$out" 2>&1 </dev/null
 	rc=$?
 	sed "s/^\(not \)\{0,1\}ok [0-9]* - /&$(basename "$1"): /" "$out"
+	# cmocka writes a skipped test as "not ok N # SKIP".
 	n=$(grep -c '^ok ' "$out")
 	passed=$((passed + n))
-	n=$(grep -c '^not ok ' "$out")
+	n=$(grep -c '^\(not \)\{0,1\}ok .*# SKIP' "$out")
+	skipped=$((skipped + n))
+	n=$(grep '^not ok ' "$out" | grep -vc '# SKIP')
 	failed=$((failed + n))
 	[ "$rc" = 0 ] || [ "$n" != 0 ] || nok "$(basename "$1") exited with status $rc"
 }
@@ -76,5 +79,5 @@ for r in "$O"/fuzz/replay_*; do
 	fi
 done
 
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
