@@ -38,7 +38,7 @@ check "the build ran make check, and it passed" \
 check "the build never ran apt-get" bash -c "! grep -q 'apt-get' '$TMP/build.log'"
 
 cd "$TMP/src" || exit 1
-lintian --allow-root --pedantic -I kvmstats_*.changes >"$TMP/lintian.log" 2>&1
+timeout -k 10 600 lintian --allow-root --pedantic -I kvmstats_*.changes >"$TMP/lintian.log" 2>&1
 sed 's/^/# lintian: /' "$TMP/lintian.log"
 check "lintian: no error" bash -c "! grep -q '^E: ' '$TMP/lintian.log'"
 check "lintian: no warning that is not overridden with a reason" \
