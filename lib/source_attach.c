@@ -797,9 +797,14 @@ static bool attach_probe(const struct ks_source_args *a, pid_t pid)
  * runs in a helper thread (the main thread, sitting in ppoll, if it can). */
 static int attach_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 {
-	struct attach_priv *p = calloc(1, sizeof(*p));
+	struct attach_priv *p;
 	int err;
 
+#if !defined(__x86_64__)	/* the injection (inject.c) is x86_64's */
+	ks_err(a->errbuf, a->errbuf_sz, "attach: attach is only available on x86_64");
+	return -EOPNOTSUPP;
+#endif
+	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	ks_vmm_set_priv(v, a->vm_only, p, priv_free);

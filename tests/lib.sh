@@ -1,6 +1,7 @@
 # Shared helpers for the integration tests (sourced). Each test prints TAP
 # lines: "ok - NAME", "not ok - NAME: why", "ok - NAME # SKIP why";
 # tests/run.sh counts them.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

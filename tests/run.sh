@@ -3,6 +3,7 @@
 # K skipped". Unit tests (cmocka, TAP output), the integration scripts
 # (with a bounded fuzzing run), and both again under ASan+UBSan. Each test prints TAP
 # lines; a program that dies without saying why counts as one failure.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -2,6 +2,7 @@
 # kvmstats dump on a VMM that holds its stats fds (our tiny VMM): every
 # stat of every VM and vCPU equals what the kernel returned through those
 # fds (the VMM saves its own plain pread of each fd for comparison).
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm "core dump"
 

@@ -3,6 +3,7 @@
 # values, refused ones (lockdown) unavailable and never 0, the vCPU sum
 # marked as such, a clear error when debugfs is not mounted, and the
 # untyped fallback when /dev/kvm cannot be used.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm debugfs
 

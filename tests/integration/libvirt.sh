@@ -3,6 +3,7 @@
 # The daemons run in a private mount namespace of their own (tests/lib.sh
 # libvirt_start): the host's files and any libvirtd of the host are
 # untouched.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm libvirt
 

@@ -7,6 +7,7 @@
 # is lost, that a dead VMM is dropped at once with every fd of ours on it
 # closed, that new VMMs and vCPUs show up, that a hung monitor never makes
 # a sweep wait, and that the driver ends with the fds it started with.
+# SPDX-License-Identifier: GPL-2.0-or-later
 
 # debugfs shows whether the kernel freed a VM. When the host has not
 # mounted it, run in a mount namespace of our own that has it, so the

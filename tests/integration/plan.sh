@@ -15,6 +15,7 @@
 #    is unaffected;
 #  - --region overrides, the stats estimator never reports 0 for a VM
 #    that ran, the table output.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan

@@ -9,6 +9,7 @@
 # operator's own QMP client gets in while `record` runs, and a monitor
 # held by someone else makes the reads serve older values, then fail,
 # then recover; and `kvmstats list --json` has its documented shape.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp
 command -v socat >/dev/null || { skip qmp "socat is not installed"; exit 0; }

@@ -5,6 +5,7 @@
 # errors, and a Lua script counts the statuses it saw), and the exporter's
 # resident memory at the end must be within 10% of what it was after the
 # first scrape: buffers are reused, nothing grows per request.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_load
 for t in curl wrk; do

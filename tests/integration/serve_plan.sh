@@ -11,6 +11,7 @@
 # shows why CAP_CHECKPOINT_RESTORE is kept; a slow scan does not slow the
 # scrapes and SIGTERM stops serve promptly in the middle of it; a VM that
 # exits is dropped from the gauges without a word while the other stays.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_plan
 for t in curl promtool jq "$QEMU"; do

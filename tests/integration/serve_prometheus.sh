@@ -4,6 +4,7 @@
 # through its HTTP API: the target is up, scraped in OpenMetrics (what
 # Prometheus asks for first), and rate() of the vCPU exit counter is
 # positive for every demo VM; the halt-wait histogram gives a quantile.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_prometheus
 for t in curl jq prometheus; do

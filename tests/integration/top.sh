@@ -3,6 +3,7 @@
 # host running the demo's guests and a real QEMU VM, with keys sent by
 # send-keys and the screen read back with capture-pane. Also top --once
 # (text and JSON, without a terminal) and demo's own life cycle.
+# SPDX-License-Identifier: GPL-2.0-or-later
 source "$(dirname "$0")/../lib.sh"
 require_kvm "top and demo"
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+/* kvmstats-test: needs=kvm */
 /*
  * The attach source on a VMM made here: a forked child that creates a VM
  * and vCPUs on /dev/kvm (and, on request, one more vCPU or a seccomp
