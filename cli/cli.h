@@ -25,6 +25,11 @@ enum out_format {
 /* Options every subcommand understands. */
 struct cli {
 	const char *prog;
+	const char *cmd;	/* the command running: errors name it */
+	/* The command's own argv (as main passed it), for options that take
+	 * several operands (--file A B); NULL in a command run by another. */
+	int argc;
+	char **argv;
 	enum out_format format;
 	bool pretty;
 	int verbose;
@@ -37,8 +42,8 @@ struct cmd {
 	const char *summary;
 };
 
-/* Errors go to stderr as "kvmstats: ..." whatever the output format, so
- * that a JSON stream on stdout stays parseable. */
+/* Errors go to stderr as "kvmstats: CMD: ..." whatever the output format,
+ * so that a JSON stream on stdout stays parseable. */
 void cli_err(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void cli_warn(const struct cli *cli, const char *fmt, ...)
@@ -104,6 +109,9 @@ struct target_args {
 
 int target_args_init(struct target_args *a, int argc);
 void target_args_free(struct target_args *a);
+/* The operands after an option's argument, up to the next option
+ * (`--file A B`): stored in @out, optind moved past them; a count. */
+size_t cli_more_operands(struct cli *cli, const char *arg, char **out);
 /* 1: @c was a target option (consumed), 0: not one, -1: bad value. */
 int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 		   const char *arg);
@@ -145,6 +153,31 @@ void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 /* A compact bar of a histogram's non-empty range, `width` cells. */
 void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	      size_t len, int width);
+/* A stat with its schema: {"value", "type", "unit", "base", "exponent"},
+ * and for histograms "bucket_size" and "bounds" ([lo, hi) per bucket in
+ * raw units, hi null for the last); @missing as for stats_json(). */
+struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
+				       const void *data,
+				       const uint64_t *missing);
+
+/* ---- CSV (RFC 4180) ------------------------------------------------ */
+
+/* A row being written: fields are separated by commas, rows end with
+ * CRLF, as RFC 4180 has them. */
+struct csv {
+	FILE *f;
+	unsigned int col;	/* fields written in this row */
+};
+
+/* A text field, quoted when it holds a comma, a quote, CR or LF (quotes
+ * doubled). Every text field of every CSV goes through here. */
+void csv_field(struct csv *c, const char *s);
+void csv_u64(struct csv *c, uint64_t v);
+void csv_int(struct csv *c, long long v);
+/* An empty field: a value that is not there (the pid of a file, a stat
+ * its source could not read). */
+void csv_empty(struct csv *c);
+void csv_end(struct csv *c);
 
 /* ---- subcommands -------------------------------------------------- */
 int cmd_top(struct cli *cli, int argc, char **argv);
@@ -156,5 +189,16 @@ int cmd_serve(struct cli *cli, int argc, char **argv);
 int cmd_plan(struct cli *cli, int argc, char **argv);
 int cmd_check(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
+/* top, with what the screen says about its source instead of the log's
+ * path (the demo's recording): a title and a status line, shown again
+ * each time the log starts over. */
+struct top_banner {
+	const char *title;
+	const char *notice;
+};
+int top_main(struct cli *cli, int argc, char **argv,
+	     const struct top_banner *banner);
+/* Why no VM shows and what to do, after "no VM found: ". */
+const char *demo_hint(void);
 
 #endif

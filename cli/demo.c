@@ -9,6 +9,12 @@
  * then opens `top` on them. Every guest it started is stopped when it
  * ends, whatever the way: top's 'q', Ctrl-C, SIGTERM, or (through
  * PR_SET_PDEATHSIG) the death of this process.
+ *
+ * Where /dev/kvm is missing (a laptop, a CI runner, a monitoring box), or
+ * with --recording, it plays a recording of the same guests and a QEMU VM
+ * instead (dist/demo/recording.kvmlog, installed as
+ * PREFIX/share/kvmstats/demo/recording.kvmlog), looping, and says on the
+ * screen that it is one and how to see live VMs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,12 +30,15 @@
 
 #include "cli.h"
 
-static const char demo_usage[] = "[--no-top] [--vms N] [--interval SECONDS]";
+static const char demo_usage[] =
+	"[--no-top] [--vms N] [--interval SECONDS] [--recording]";
 
 #define MAX_GUESTS 3
 #define READY_TIMEOUT_MS 20000
 
-enum { OPT_NO_TOP = OPT_CMD_BASE };
+enum { OPT_NO_TOP = OPT_CMD_BASE, OPT_RECORDING };
+
+#define RECORDING_NAME "recording.kvmlog"
 
 struct guest {
 	const char *what; /* for the user */
@@ -51,7 +60,7 @@ struct demo {
 	bool interrupted;
 };
 
-/* ---- finding the tiny VMM ------------------------------------------- */
+/* ---- finding the tiny VMM and the recording ------------------------ */
 
 static bool executable(const char *path)
 {
@@ -60,31 +69,77 @@ static bool executable(const char *path)
 	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, X_OK);
 }
 
+static bool readable(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, R_OK);
+}
+
+/* The directory this binary is in; -1 (errno set) when unknown. */
+static int self_dir(char *buf, size_t len)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+	char *slash;
+
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	slash = strrchr(buf, '/');
+	if (slash)
+		*slash = 0;
+	return 0;
+}
+
+/* $KVMSTATS_DEMO_RECORDING, else the source tree's copy (a build tree's
+ * kvmstats is in build/), else the installed one. */
+static int find_recording(char *path, size_t len)
+{
+	static const char *const rel[] = {
+		"../dist/demo/" RECORDING_NAME,
+		"../share/kvmstats/demo/" RECORDING_NAME,
+	};
+	const char *env = getenv("KVMSTATS_DEMO_RECORDING");
+	char self[PATH_MAX - 64];
+
+	if (env && *env) {
+		snprintf(path, len, "%s", env);
+		return readable(path) ? 0 : -1;
+	}
+	if (self_dir(self, sizeof(self)))
+		return -1;
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char full[PATH_MAX], real[PATH_MAX];
+
+		snprintf(full, sizeof(full), "%s/%s", self, rel[i]);
+		if (!readable(full))
+			continue;
+		/* Shown to the user: without the "bin/../". */
+		snprintf(path, len, "%s", realpath(full, real) ? real : full);
+		return 0;
+	}
+	return -1;
+}
+
 /* Next to this binary (the build tree), else PREFIX/libexec/kvmstats
  * (an installed copy); $KVMSTATS_TINYVMM overrides both. */
 static int find_tinyvmm(struct demo *d)
 {
-	char self[PATH_MAX - 64], *slash;
+	char self[PATH_MAX - 64];
 	const char *env = getenv("KVMSTATS_TINYVMM");
-	ssize_t n;
 
 	if (env && *env) {
 		snprintf(d->tinyvmm, sizeof(d->tinyvmm), "%s", env);
 		if (executable(d->tinyvmm))
 			return 0;
 		cli_err(d->cli,
-			"demo: KVMSTATS_TINYVMM=%s is not an executable", env);
+			"KVMSTATS_TINYVMM=%s is not an executable", env);
 		return -1;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0) {
-		cli_err(d->cli, "demo: /proc/self/exe: %s", strerror(errno));
+	if (self_dir(self, sizeof(self))) {
+		cli_err(d->cli, "/proc/self/exe: %s", strerror(errno));
 		return -1;
 	}
-	self[n] = 0;
-	slash = strrchr(self, '/');
-	if (slash)
-		*slash = 0;
 	snprintf(d->tinyvmm, sizeof(d->tinyvmm), "%s/tinyvmm", self);
 	if (executable(d->tinyvmm))
 		return 0;
@@ -93,25 +148,104 @@ static int find_tinyvmm(struct demo *d)
 	if (executable(d->tinyvmm))
 		return 0;
 	cli_err(d->cli,
-		"demo: the tiny VMM is missing (looked for %s/tinyvmm and "
+		"the tiny VMM is missing (looked for %s/tinyvmm and "
 		"%s/../libexec/kvmstats/tinyvmm; 'make build' builds it)",
 		self, self);
 	return -1;
 }
 
-static int check_kvm(struct cli *cli)
+/* 0 when /dev/kvm opens, else the errno. */
+static int kvm_errno(void)
 {
 	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 
-	if (fd >= 0) {
-		close(fd);
-		return 0;
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
+
+/* What to do to see live VMs, for /dev/kvm failing with @err. */
+static const char *kvm_advice(int err)
+{
+	if (err == EACCES || err == EPERM)
+		return "join the group that owns /dev/kvm (usually kvm), or "
+		       "run 'sudo kvmstats demo'";
+	return "load kvm_intel or kvm_amd (in a VM: enable nested "
+	       "virtualization first)";
+}
+
+/* ---- no /dev/kvm: the recording -------------------------------------- */
+
+const char *demo_hint(void)
+{
+	char path[PATH_MAX];
+	int err = kvm_errno();
+
+	if (!err)
+		return geteuid() ? "run 'sudo kvmstats' to see every user's "
+				   "VMs, or 'kvmstats demo'"
+				 : "start one, or run 'kvmstats demo'";
+	if (err == EACCES || err == EPERM)
+		return "/dev/kvm is not yours: join its group (kvm), or run "
+		       "'sudo kvmstats'";
+	if (!find_recording(path, sizeof(path)))
+		return "this host has no /dev/kvm; 'kvmstats demo' plays a "
+		       "recording";
+	return "this host has no /dev/kvm (load kvm_intel or kvm_amd)";
+}
+
+/* Without a terminal: the cause first, then what to do. */
+static int no_kvm(struct cli *cli, int err, const char *rec, bool found)
+{
+	cli_err(cli, "/dev/kvm: %s: the demo runs real VMs, and needs KVM",
+		strerror(err));
+	cli_err(cli, "to see live VMs: %s", kvm_advice(err));
+	if (found)
+		cli_err(cli, "meanwhile, on a terminal, 'kvmstats demo' plays "
+			     "a recording: kvmstats top --replay %s --loop",
+			rec);
+	return EXIT_FAIL;
+}
+
+static int play_recording(struct cli *cli, int err, const char *interval)
+{
+	char path[PATH_MAX], notice[160];
+	char *argv[] = { "top", "--replay", path, "--loop", "--interval",
+			 (char *)interval, NULL };
+	struct top_banner banner = { "RECORDING, not live", notice };
+	int ret;
+
+	if (find_recording(path, sizeof(path))) {
+		cli_err(cli, "no recording to play: looked for $%s, and "
+			     "../dist/demo/ and ../share/kvmstats/demo/ next "
+			     "to this program",
+			"KVMSTATS_DEMO_RECORDING");
+		return EXIT_FAIL;
 	}
-	cli_err(cli,
-		"demo: /dev/kvm is not available (%s): the demo runs real VMs "
-		"and needs KVM on this machine",
-		strerror(errno));
-	return -1;
+	if (!err)
+		snprintf(notice, sizeof(notice),
+			 "recorded VMs, not this host's: 'kvmstats demo' "
+			 "runs live ones; q quits");
+	else
+		snprintf(notice, sizeof(notice),
+			 "recorded: no /dev/kvm (%s). Live VMs: %s. q quits",
+			 strerror(err),
+			 err == EACCES || err == EPERM
+				 ? "kvm group or sudo"
+				 : "modprobe kvm_intel or kvm_amd");
+	if (!interval)
+		argv[4] = NULL;
+	cli->argc = interval ? 6 : 4;
+	cli->argv = argv;
+	optind = 0;
+	ret = top_main(cli, cli->argc, argv, &banner);
+	if (ret == EXIT_OK && err) {
+		cli_err(cli, "that was a recording (%s): /dev/kvm: %s",
+			path, strerror(err));
+		cli_err(cli, "to see live VMs: %s", kvm_advice(err));
+	}
+	return ret;
 }
 
 /* ---- the guests --------------------------------------------------------- */
@@ -194,7 +328,7 @@ static int spawn(struct demo *d, struct guest *g)
 	fflush(NULL);
 	g->pid = fork();
 	if (g->pid < 0) {
-		cli_err(d->cli, "demo: fork: %s", strerror(errno));
+		cli_err(d->cli, "fork: %s", strerror(errno));
 		return -1;
 	}
 	if (!g->pid)
@@ -213,7 +347,7 @@ static void report_death(struct demo *d, struct guest *g, int status)
 		close(fd);
 	why[n > 0 ? n : 0] = 0;
 	why[strcspn(why, "\n")] = 0;
-	cli_warn(d->cli, "demo: the guest with %s %s (%s)", g->what,
+	cli_warn(d->cli, "the guest with %s %s (%s)", g->what,
 		 WIFSIGNALED(status) ? "was killed" : "failed",
 		 why[0]		       ? why
 		 : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
@@ -265,7 +399,7 @@ static size_t wait_ready(struct demo *d)
 		if (d->g[i].pid && !d->g[i].ready)
 			cli_warn(
 				d->cli,
-				"demo: the guest with %s did not start in time",
+				"the guest with %s did not start in time",
 				d->g[i].what);
 		running += d->g[i].pid && d->g[i].ready;
 	}
@@ -345,6 +479,8 @@ static int run_top(struct demo *d, const char *interval)
 		argv[argc++] = (char *)interval;
 	}
 	argv[argc] = NULL;
+	d->cli->argc = argc;
+	d->cli->argv = argv;
 	optind = 0;
 	return cmd_top(d->cli, argc, argv);
 }
@@ -391,12 +527,13 @@ static int run_quiet(struct demo *d)
 }
 
 static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
-		 long *nvms, const char **interval)
+		 long *nvms, const char **interval, bool *recording)
 {
 	static const struct option opts[] = {
 		{"no-top", no_argument, NULL, OPT_NO_TOP},
 		{"vms", required_argument, NULL, 'n'},
 		{"interval", required_argument, NULL, 's'},
+		{"recording", no_argument, NULL, OPT_RECORDING},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -415,6 +552,9 @@ static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
 		case 's':
 			*interval = optarg;
 			break;
+		case OPT_RECORDING:
+			*recording = true;
+			break;
 		case 'h':
 			printf("usage: %s demo %s\n", cli->prog, demo_usage);
 			return -1;
@@ -423,8 +563,12 @@ static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
 		}
 	}
 	if (optind < argc) {
-		cli_err(cli, "demo: unexpected argument '%s'", argv[optind]);
+		cli_err(cli, "unexpected argument '%s'", argv[optind]);
 		return cli_usage(cli, "demo", demo_usage);
+	}
+	if (*recording && *no_top) {
+		cli_err(cli, "--recording plays in top; --no-top runs guests");
+		return EXIT_USAGE;
 	}
 	return 0;
 }
@@ -433,24 +577,34 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 {
 	struct demo d = {.cli = cli};
 	const char *interval = NULL;
-	bool no_top = false;
+	bool no_top = false, recording = false, tty;
+	char rec[PATH_MAX];
 	long nvms = 4;
 	size_t running;
 	sigset_t old;
-	int ret;
+	int ret, err;
 
-	ret = parse(cli, argc, argv, &no_top, &nvms, &interval);
+	ret = parse(cli, argc, argv, &no_top, &nvms, &interval, &recording);
 	if (ret)
 		return ret < 0 ? EXIT_OK : ret;
-	if (!no_top && (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))) {
-		cli_err(cli, "demo: top needs a terminal; use 'demo --no-top'");
+	tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+	err = kvm_errno();
+	if (err && (no_top || !tty)) {
+		bool found = !find_recording(rec, sizeof(rec));
+
+		return no_kvm(cli, err, rec, found);
+	}
+	if (!no_top && !tty) {
+		cli_err(cli, "top needs a terminal; use 'demo --no-top'");
 		return EXIT_FAIL;
 	}
-	if (check_kvm(cli) || find_tinyvmm(&d))
+	if (err || recording)
+		return play_recording(cli, err, interval);
+	if (find_tinyvmm(&d))
 		return EXIT_FAIL;
 	snprintf(d.dir, sizeof(d.dir), "/tmp/kvmstats-demo.XXXXXX");
 	if (!mkdtemp(d.dir)) {
-		cli_err(cli, "demo: %s: %s", d.dir, strerror(errno));
+		cli_err(cli, "%s: %s", d.dir, strerror(errno));
 		return EXIT_FAIL;
 	}
 	plan(&d, nvms);
@@ -469,7 +623,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		goto out;
 	}
 	if (!running) {
-		cli_err(cli, "demo: no guest could start");
+		cli_err(cli, "no guest could start");
 		goto out;
 	}
 	if (no_top) {

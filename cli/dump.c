@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,8 +14,12 @@
 #include "cli.h"
 
 static const char dump_usage[] =
-	"[--file IMAGE]... [--save DIR] [--json|--csv] [--pretty]\n       "
-	CLI_TARGET_USAGE;
+	"[--file IMAGE...]... [--save DIR] [--json|--csv] [--pretty] "
+	"[--verbose]\n       " CLI_TARGET_USAGE;
+
+/* --verbose: JSON stats and CSV rows carry their schema (type, unit,
+ * base, exponent, histogram bounds). */
+static bool verbose;
 
 /* One target's reading: its reader and sample (NULL when the read
  * failed, which was reported). */
@@ -47,6 +52,13 @@ static void drop(struct reading *rd)
 	rd->smp = NULL;
 }
 
+static bool is_hist(const struct kvmstats_stat *st)
+{
+	unsigned int t = kvmstats_stat__type(st);
+
+	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
+}
+
 static bool stat_missing(const struct reading *rd, const struct kvmstats_stat *st)
 {
 	const uint64_t *m = kvmstats_reader__missing(rd->r);
@@ -59,8 +71,9 @@ static struct json_object *reading_json(const struct reading *rd)
 {
 	if (!rd->r || rd->err)
 		return json_object_new_object();
-	return stats_json(kvmstats_reader__schema(rd->r), rd->smp->data,
-			  kvmstats_reader__missing(rd->r));
+	return (verbose ? stats_json_verbose : stats_json)(
+		kvmstats_reader__schema(rd->r), rd->smp->data,
+		kvmstats_reader__missing(rd->r));
 }
 
 static void add_error(struct json_object *o, const struct reading *rd)
@@ -68,6 +81,25 @@ static void add_error(struct json_object *o, const struct reading *rd)
 	if (rd->err)
 		json_object_object_add(o, "error",
 				       json_object_new_string(strerror(-rd->err)));
+}
+
+static struct json_object *str_or_null(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* Which source serves each level, and why the VM stats have none. */
+static void add_levels(struct json_object *o, const struct kvmstats_vm *vm)
+{
+	const char *why = kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM);
+
+	json_object_object_add(o, "vm_source", str_or_null(
+		kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM)));
+	json_object_object_add(o, "vcpu_source", str_or_null(
+		kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU)));
+	if (*why)
+		json_object_object_add(o, "vm_unavailable",
+				       json_object_new_string(why));
 }
 
 static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
@@ -83,6 +115,7 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 					     : NULL);
 	json_object_object_add(o, "source",
 			       json_object_new_string(kvmstats_vmm__source(v)));
+	add_levels(o, vm);
 	json_object_object_add(o, "stats", reading_json(&rd));
 	add_error(o, &rd);
 	drop(&rd);
@@ -132,10 +165,61 @@ static int print_json(struct cli *cli, struct target_set *t)
 	return 0;
 }
 
-/* ---- CSV: one row per value, lossless ------------------------------ */
+/* ---- CSV (RFC 4180): one row per value --------------------------- */
 
-static void csv_reading(const struct reading *rd, pid_t pid, const char *name,
-			int vcpu)
+/* Who a row is about: a VM's or vCPU's VMM (pid, name), or a file. */
+struct csv_who {
+	pid_t pid;		/* 0: a file */
+	const char *name;
+	const char *path;	/* NULL: not a file */
+	int vcpu;		/* -1: not a vCPU */
+};
+
+static void csv_header(struct csv *c)
+{
+	static const char *const cols[] = {
+		"pid", "name", "path", "id", "vcpu", "stat", "index", "value",
+	};
+	static const char *const vcols[] = {
+		"type", "unit", "base", "exponent", "bucket_lo", "bucket_hi",
+	};
+
+	for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+		csv_field(c, cols[i]);
+	for (size_t i = 0; verbose && i < sizeof(vcols) / sizeof(vcols[0]); i++)
+		csv_field(c, vcols[i]);
+	csv_end(c);
+}
+
+/* The schema columns of --verbose: the bucket's raw bounds for
+ * histograms (hi empty for the last, open-ended one). */
+static void csv_schema(struct csv *c, const struct kvmstats_stat *st,
+		       uint32_t k)
+{
+	unsigned int base = kvmstats_stat__base(st);
+	double lo, hi;
+
+	csv_field(c, kvmstats_type_str(kvmstats_stat__type(st)));
+	csv_field(c, kvmstats_unit_str(kvmstats_stat__unit(st)));
+	if (base == KVMSTATS_BASE_POW10 || base == KVMSTATS_BASE_POW2)
+		csv_int(c, base == KVMSTATS_BASE_POW10 ? 10 : 2);
+	else
+		csv_empty(c);
+	csv_int(c, kvmstats_stat__exponent(st));
+	if (!is_hist(st) || kvmstats_hist__bucket_bounds(st, k, &lo, &hi)) {
+		csv_empty(c);
+		csv_empty(c);
+		return;
+	}
+	csv_u64(c, (uint64_t)lo);
+	if (isinf(hi))
+		csv_empty(c);
+	else
+		csv_u64(c, (uint64_t)hi);
+}
+
+static void csv_reading(struct csv *c, const struct reading *rd,
+			const struct csv_who *w)
 {
 	const struct kvmstats_stat *st;
 
@@ -146,48 +230,60 @@ static void csv_reading(const struct reading *rd, pid_t pid, const char *name,
 		bool miss = stat_missing(rd, st);
 
 		for (uint32_t k = 0; k < kvmstats_stat__size(st); k++) {
-			printf("%d,%s,%s,", (int)pid, name, kvmstats_reader__id(rd->r));
-			if (vcpu >= 0)
-				printf("%d", vcpu);
-			printf(",%s,%u,", kvmstats_stat__name(st), k);
-			if (!miss)
-				printf("%llu", (unsigned long long)v[k]);
-			putchar('\n');
+			if (w->pid)
+				csv_int(c, w->pid);
+			else
+				csv_empty(c);
+			csv_field(c, w->name);
+			csv_field(c, w->path ? w->path : "");
+			csv_field(c, kvmstats_reader__id(rd->r));
+			if (w->vcpu >= 0)
+				csv_int(c, w->vcpu);
+			else
+				csv_empty(c);
+			csv_field(c, kvmstats_stat__name(st));
+			csv_u64(c, k);
+			if (miss)
+				csv_empty(c);
+			else
+				csv_u64(c, v[k]);
+			if (verbose)
+				csv_schema(c, st, k);
+			csv_end(c);
 		}
+	}
+}
+
+static void csv_vm(struct csv *c, struct kvmstats_vmm *v,
+		   struct kvmstats_vm *vm)
+{
+	struct csv_who w = { kvmstats_vmm__pid(v), kvmstats_vmm__name(v),
+			     NULL, -1 };
+	struct reading rd = take(kvmstats_vm__reader(vm));
+
+	csv_reading(c, &rd, &w);
+	drop(&rd);
+	for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
+		struct reading cr = take(kvmstats_vm__vcpu(vm, k, &w.vcpu));
+
+		csv_reading(c, &cr, &w);
+		drop(&cr);
 	}
 }
 
 static int print_csv(struct target_set *t)
 {
-	/* Names come from /proc comm or -name; commas would break rows. */
-	puts("pid,name,id,vcpu,stat,index,value");
-	for (size_t i = 0; i < t->nvmms; i++) {
-		struct kvmstats_vmm *v = t->vmms[i];
-		char name[128];
+	struct csv c = { stdout, 0 };
 
-		snprintf(name, sizeof(name), "%s", kvmstats_vmm__name(v));
-		for (char *p = name; *p; p++)
-			if (*p == ',' || *p == '"' || *p == '\n')
-				*p = '_';
-		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
-			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
-			struct reading rd = take(kvmstats_vm__reader(vm));
-
-			csv_reading(&rd, kvmstats_vmm__pid(v), name, -1);
-			drop(&rd);
-			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
-				int index;
-				struct reading cr = take(kvmstats_vm__vcpu(vm, k, &index));
-
-				csv_reading(&cr, kvmstats_vmm__pid(v), name, index);
-				drop(&cr);
-			}
-		}
-	}
+	csv_header(&c);
+	for (size_t i = 0; i < t->nvmms; i++)
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(t->vmms[i]); j++)
+			csv_vm(&c, t->vmms[i], kvmstats_vmm__vm(t->vmms[i], j));
 	for (size_t i = 0; i < t->nfiles; i++) {
+		struct csv_who w = { 0, "", t->paths[i], -1 };
 		struct reading rd = take(t->files[i]);
 
-		csv_reading(&rd, 0, "", -1);
+		csv_reading(&c, &rd, &w);
 		drop(&rd);
 	}
 	return 0;
@@ -196,13 +292,6 @@ static int print_csv(struct target_set *t)
 /* ---- table -------------------------------------------------------- */
 
 #define COLS 4
-
-static bool is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
 
 static void value_cell(const struct reading *rd, const struct kvmstats_stat *st,
 		       char *buf, size_t len)
@@ -299,9 +388,31 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)
 				continue;
 			vcpu_label(index[i], label, sizeof(label));
-			hist_line(label, &rd[i], st);
+			if (stat_missing(&rd[i], st))
+				printf("  %-28s %-8s n/a (not available from source %s)\n",
+				       kvmstats_stat__name(st), label,
+				       kvmstats_reader__source(rd[i].r));
+			else
+				hist_line(label, &rd[i], st);
 		}
 	}
+}
+
+/* "VM web1  pid 42  id kvm-42  source fd", plus the level sources when
+ * they differ ("VM stats: qmp, vCPU stats: fd"). */
+static void level_title(char *buf, size_t len, struct kvmstats_vmm *v,
+			const struct kvmstats_vm *vm, struct kvmstats_reader *r)
+{
+	const char *lv = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM);
+	const char *lc = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU);
+	int n;
+
+	n = snprintf(buf, len, "VM %s  pid %d  id %s  source %s",
+		     kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
+		     r ? kvmstats_reader__id(r) : "-", kvmstats_vmm__source(v));
+	if (n > 0 && (size_t)n < len && lv && lc && strcmp(lv, lc))
+		snprintf(buf + n, len - (size_t)n, " (VM stats: %s, vCPU stats: %s)",
+			 lv, lc);
 }
 
 static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
@@ -312,13 +423,12 @@ static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 	int *index = calloc(n ? n : 1, sizeof(*index));
 	char title[256];
 
-	snprintf(title, sizeof(title), "VM %s  pid %d  id %s  source %s",
-		 kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
-		 rd.r ? kvmstats_reader__id(rd.r) : "-", kvmstats_vmm__source(v));
+	level_title(title, sizeof(title), v, vm, rd.r);
 	if (rd.r)
 		table_single(title, &rd);
 	else
-		printf("%s\n", title);
+		printf("%s\n  VM stats: none (%s)\n", title,
+		       kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM));
 	drop(&rd);
 	if (!cr || !index)
 		goto out;
@@ -350,7 +460,7 @@ static int print_table(struct target_set *t)
 		putchar('\n');
 	}
 	if (!t->nvmms && !t->nfiles && !t->failures)
-		printf("no VM holds a stats fd; see 'kvmstats list' (or 'kvmstats demo')\n");
+		printf("no VM found: %s\n", demo_hint());
 	return 0;
 }
 
@@ -426,6 +536,7 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 		CLI_FORMAT_LONGOPTS,
 		CLI_TARGET_LONGOPTS,
 		{ "save", required_argument, NULL, 's' },
+		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -436,8 +547,8 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:h", opts,
-				NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:vh",
+				opts, NULL)) != -1) {
 		int used = cli_target_opt(cli, &a, c, optarg);
 
 		if (used < 0)
@@ -447,6 +558,9 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 		switch (c) {
 		case 's':
 			save = optarg;
+			break;
+		case 'v':
+			verbose = true;
 			break;
 		case 'h':
 			printf("usage: %s dump %s\n", cli->prog, dump_usage);
@@ -462,6 +576,7 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 		ret = cli_usage(cli, "dump", dump_usage);
 		goto out;
 	}
+	verbose |= cli->verbose > 0;
 	ret = EXIT_FAIL;
 	if (targets_open(cli, &t, &a))
 		goto out;

@@ -15,7 +15,8 @@
 
 #include "cli.h"
 
-static const char list_usage[] = "[--json] [--pretty]\n       " CLI_TARGET_USAGE;
+static const char list_usage[] = "[--json] [--pretty] [--verbose]\n       "
+	CLI_TARGET_USAGE;
 
 struct vmm_row {
 	pid_t pid;
@@ -25,6 +26,11 @@ struct vmm_row {
 	const char *source;	/* what auto picked, or NULL */
 	const char *sources[8];
 	int nsources;
+	/* Per level, of its first VM (static names, or NULL: none). */
+	const char *vm_source, *vcpu_source;
+	char vm_why[512];	/* why no source has its VM stats */
+	bool has_qmp;
+	struct kvmstats_qmp_info qmp;
 	bool gone;		/* exited while we looked */
 };
 
@@ -94,6 +100,21 @@ static uint64_t qmp_memory(struct cli *cli, const struct target_args *a,
 	return bytes;
 }
 
+/* Which source serves each level, and what QMP said. */
+static void take_levels(struct vmm_row *row, const struct kvmstats_vmm *v)
+{
+	const struct kvmstats_vm *vm = kvmstats_vmm__vm(v, 0);
+
+	if (vm) {
+		row->vm_source = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM);
+		row->vcpu_source = kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU);
+		snprintf(row->vm_why, sizeof(row->vm_why), "%s",
+			 kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM));
+	}
+	row->qmp.sz = sizeof(row->qmp);
+	row->has_qmp = !kvmstats_vmm__qmp_info(v, &row->qmp);
+}
+
 /* Open the rows' VMMs the way every command does: which source wins. */
 static int open_host(struct cli *cli, const struct target_args *a,
 		     struct vmm_row *rows, size_t n)
@@ -119,6 +140,7 @@ static int open_host(struct cli *cli, const struct target_args *a,
 			/* The library's static names outlive the host. */
 			rows[j].source = kvmstats_vmm__source(v);
 			rows[j].memory = kvmstats_vmm__memory_bytes(v);
+			take_levels(&rows[j], v);
 		}
 	}
 	kvmstats_host__free(h);
@@ -127,6 +149,27 @@ static int open_host(struct cli *cli, const struct target_args *a,
 		    (!rows[j].source || strcmp(rows[j].source, "qmp")))
 			rows[j].memory = qmp_memory(cli, a, rows[j].pid);
 	return 0;
+}
+
+static struct json_object *str_or_null(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* What the qmp source learnt: QEMU's version, and in which order it
+ * lists histogram buckets and how that is known. */
+static struct json_object *qmp_json(const struct kvmstats_qmp_info *q)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "socket", json_object_new_string(q->socket));
+	json_object_object_add(o, "qemu_version",
+			       json_object_new_string(q->qemu_version));
+	json_object_object_add(o, "hist_order", json_object_new_string(
+		q->hist_reversed ? "reversed" : "kernel"));
+	json_object_object_add(o, "hist_order_from",
+			       str_or_null(q->hist_order_from));
+	return o;
 }
 
 static struct json_object *row_json(const struct vmm_row *row)
@@ -144,8 +187,14 @@ static struct json_object *row_json(const struct vmm_row *row)
 	for (int i = 0; i < row->nsources; i++)
 		json_object_array_add(src, json_object_new_string(row->sources[i]));
 	json_object_object_add(o, "sources", src);
-	json_object_object_add(o, "source", row->source ?
-				json_object_new_string(row->source) : NULL);
+	json_object_object_add(o, "source", str_or_null(row->source));
+	json_object_object_add(o, "vm_source", str_or_null(row->vm_source));
+	json_object_object_add(o, "vcpu_source", str_or_null(row->vcpu_source));
+	if (row->source && !row->vm_source)
+		json_object_object_add(o, "vm_unavailable",
+				       json_object_new_string(row->vm_why));
+	if (row->has_qmp)
+		json_object_object_add(o, "qmp", qmp_json(&row->qmp));
 	return o;
 }
 
@@ -161,7 +210,7 @@ static void print_json(struct cli *cli, const struct vmm_row *rows, size_t n)
 }
 
 struct cells {
-	char pid[16], vms[16], vcpus[16], mem[32], sources[64];
+	char pid[16], vms[16], vcpus[16], mem[32], sources[64], levels[32];
 };
 
 static void row_cells(const struct vmm_row *row, struct cells *c)
@@ -182,13 +231,16 @@ static void row_cells(const struct vmm_row *row, struct cells *c)
 					 "%s%s", i ? "," : "", row->sources[i]);
 	if (!row->nsources)
 		snprintf(c->sources, sizeof(c->sources), "-");
+	snprintf(c->levels, sizeof(c->levels), "%s/%s",
+		 row->vm_source ? row->vm_source : "-",
+		 row->vcpu_source ? row->vcpu_source : "-");
 }
 
 #define WIDEN(w, s) ((w) = (int)strlen(s) > (w) ? (int)strlen(s) : (w))
 
 static void print_table(const struct vmm_row *rows, size_t n)
 {
-	int wp = 3, wn = 4, wm = 6, ws = 6;
+	int wp = 3, wn = 4, wm = 6, ws = 6, wl = 7;
 	struct cells c;
 
 	for (size_t i = 0; i < n; i++) {
@@ -199,16 +251,47 @@ static void print_table(const struct vmm_row *rows, size_t n)
 		WIDEN(wn, rows[i].name);
 		WIDEN(wm, c.mem);
 		WIDEN(ws, rows[i].source ? rows[i].source : "-");
+		WIDEN(wl, c.levels);
 	}
-	printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %s\n", wp, "PID", wn, "NAME",
-	       "VMS", "VCPUS", wm, "MEMORY", ws, "SOURCE", "SOURCES");
+	printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %-*s  %s\n", wp, "PID", wn,
+	       "NAME", "VMS", "VCPUS", wm, "MEMORY", ws, "SOURCE", wl, "VM/VCPU",
+	       "SOURCES");
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].gone)
 			continue;
 		row_cells(&rows[i], &c);
-		printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %s\n", wp, c.pid, wn,
+		printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %-*s  %s\n", wp, c.pid, wn,
 		       rows[i].name, c.vms, c.vcpus, wm, c.mem, ws,
-		       rows[i].source ? rows[i].source : "-", c.sources);
+		       rows[i].source ? rows[i].source : "-", wl, c.levels,
+		       c.sources);
+	}
+}
+
+/* --verbose: per VMM, the sources of each level and what QMP said. */
+static void print_details(const struct vmm_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct vmm_row *r = &rows[i];
+
+		if (r->gone || !r->source)
+			continue;
+		printf("\npid %d (%s):\n  VM stats: %s\n  vCPU stats: %s\n",
+		       (int)r->pid, r->name, r->vm_source ? r->vm_source : "none",
+		       r->vcpu_source ? r->vcpu_source : "none");
+		if (!r->vm_source && r->vm_why[0])
+			printf("  no VM stats because: %s\n", r->vm_why);
+		if (!r->has_qmp)
+			continue;
+		printf("  QMP: socket %s, QEMU %s\n  histograms: QEMU lists "
+		       "buckets %s; %s\n", r->qmp.socket,
+		       r->qmp.qemu_version[0] ? r->qmp.qemu_version : "(version unknown)",
+		       r->qmp.hist_reversed ? "last first (put back in order)"
+					    : "in the kernel's order",
+		       !strcmp(r->qmp.hist_order_from, "kernel") ?
+			       "checked against the kernel's stats fds, once per QEMU binary" :
+		       !strcmp(r->qmp.hist_order_from, "version") ?
+			       "the known order of this QEMU release" :
+			       "assumed: a release newer than those known");
 	}
 }
 
@@ -260,6 +343,7 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 	static const struct option opts[] = {
 		CLI_FORMAT_LONGOPTS,
 		CLI_TARGET_LONGOPTS,
+		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -270,7 +354,7 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "h", opts,
+	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "vh", opts,
 				NULL)) != -1) {
 		int used = c == OPT_FILE ? 0 : cli_target_opt(cli, &a, c, optarg);
 
@@ -278,6 +362,10 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 			goto out;
 		if (used || cli_format_opt(cli, c))
 			continue;
+		if (c == 'v') {
+			cli->verbose++;
+			continue;
+		}
 		if (c == 'h') {
 			printf("usage: %s list %s\n", cli->prog, list_usage);
 			ret = EXIT_OK;
@@ -318,6 +406,8 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 		print_table(rows, n);
 	else
 		printf("no VMM on this host (no process holds a KVM VM fd)\n");
+	if (cli->format != OUT_JSON && cli->verbose > 0)
+		print_details(rows, n);
 	ret = bad ? EXIT_FAIL : EXIT_OK;
 out:
 	free(rows);

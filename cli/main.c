@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "prom_process.h"
 
 #ifdef HAVE_LIBVIRT
 #include <libvirt/virterror.h>
@@ -45,12 +46,23 @@ static const struct cmd cmds[] = {
 	{ "help", cmd_help, "this text" },
 };
 
+/* "kvmstats: CMD: [warning: ]message", one line. A message that names
+ * its command itself ("dump: ...") does not get it twice. */
 static void vmsg(const struct cli *cli, const char *tag, const char *fmt,
 		 va_list ap)
 {
-	fprintf(stderr, "%s: %s", cli->prog, tag);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	size_t n = cli->cmd ? strlen(cli->cmd) : 0;
+	char msg[4096];
+	const char *m = msg;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (!cli->cmd) {
+		fprintf(stderr, "%s: %s%s\n", cli->prog, tag, m);
+		return;
+	}
+	if (!strncmp(m, cli->cmd, n) && m[n] == ':' && m[n + 1] == ' ')
+		m += n + 2;
+	fprintf(stderr, "%s: %s: %s%s\n", cli->prog, cli->cmd, tag, m);
 }
 
 void cli_err(const struct cli *cli, const char *fmt, ...)
@@ -135,22 +147,97 @@ static void usage(FILE *f, const char *prog)
 		prog);
 }
 
+static const struct cmd *find_cmd(const char *name);
+
+/* `kvmstats help CMD` is `kvmstats CMD --help`. */
 static int cmd_help(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	usage(stdout, cli->prog);
-	return EXIT_OK;
+	char *hargv[] = { NULL, "--help", NULL };
+	const struct cmd *c;
+
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(stdout, cli->prog);
+		return EXIT_OK;
+	}
+	if (argc > 2) {
+		cli_err(cli, "unexpected argument '%s'", argv[2]);
+		return cli_usage(cli, "help", "[COMMAND]");
+	}
+	c = find_cmd(argv[1]);
+	if (!c) {
+		cli_err(cli, "what is '%s'? Try '%s help'.", argv[1],
+			cli->prog);
+		return EXIT_USAGE;
+	}
+	cli->cmd = c->name;
+	hargv[0] = argv[0];
+	cli->argc = 2;
+	cli->argv = hargv;
+	optind = 0;
+	return c->fn(cli, 2, hargv);
+}
+
+static void print_version(const struct cli *cli)
+{
+	const struct build_info *bi = build_info();
+	struct json_object *o, *version, *commit;
+
+	if (cli->format != OUT_JSON) {
+		printf("kvmstats %s (", kvmstats_version_string());
+		if (bi->commit[0])
+			printf("git %s, ", bi->commit);
+		printf("%s, %s, libvirt %s)\n", bi->arch, bi->compiler,
+		       bi->libvirt ? "yes" : "no");
+		return;
+	}
+	o = json_object_new_object();
+	version = json_object_new_string(kvmstats_version_string());
+	commit = bi->commit[0] ? json_object_new_string(bi->commit) : NULL;
+	json_object_object_add(o, "version", version);
+	json_object_object_add(o, "commit", commit);
+	json_object_object_add(o, "compiler",
+			       json_object_new_string(bi->compiler));
+	json_object_object_add(o, "arch", json_object_new_string(bi->arch));
+	json_object_object_add(o, "libvirt",
+			       json_object_new_boolean(bi->libvirt));
+	cli_print_json(cli, o);
+	json_object_put(o);
 }
 
 static int cmd_version(struct cli *cli, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	if (cli->format == OUT_JSON)
-		printf("{\"version\":\"%s\"}\n", kvmstats_version_string());
-	else
-		printf("kvmstats %s\n", kvmstats_version_string());
+	static const struct option opts[] = {
+		CLI_FORMAT_LONGOPTS,
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const char version_usage[] = "[--json [--pretty]]";
+	int c;
+
+	while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+		if (c == 'C') {
+			cli_err(cli, "--csv: version prints text or JSON");
+			return EXIT_USAGE;
+		}
+		if (cli_format_opt(cli, c))
+			continue;
+		if (c == 'h') {
+			printf("usage: %s version %s\n\n"
+			       "The version, git commit (when built from git), "
+			       "architecture, compiler, and\n"
+			       "whether the libvirt source is built in.\n"
+			       "  --json    one JSON object\n"
+			       "  --pretty  indented JSON (implies --json)\n",
+			       cli->prog, version_usage);
+			return EXIT_OK;
+		}
+		return cli_usage(cli, "version", version_usage);
+	}
+	if (optind < argc) {
+		cli_err(cli, "unexpected argument '%s'", argv[optind]);
+		return cli_usage(cli, "version", version_usage);
+	}
+	print_version(cli);
 	return EXIT_OK;
 }
 
@@ -191,6 +278,7 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	struct cli cli = { .prog = "kvmstats" };
+	char getopt_prog[64];
 	const struct cmd *cmd;
 	int c, ret;
 
@@ -199,6 +287,9 @@ int main(int argc, char **argv)
 #ifdef HAVE_LIBVIRT
 	virSetErrorFunc(NULL, libvirt_quiet);
 #endif
+	/* getopt's own messages ("unrecognized option") name argv[0]: the
+	 * program, not the path it was run by. */
+	argv[0] = (char *)cli.prog;
 	while ((c = getopt_long(argc, argv, "+jvqhV", opts, NULL)) != -1) {
 		if (cli_format_opt(&cli, c))
 			continue;
@@ -213,7 +304,8 @@ int main(int argc, char **argv)
 			usage(stdout, cli.prog);
 			return EXIT_OK;
 		case 'V':
-			return cmd_version(&cli, 0, NULL);
+			print_version(&cli);
+			return EXIT_OK;
 		default:
 			usage(stderr, cli.prog);
 			return EXIT_USAGE;
@@ -237,6 +329,13 @@ int main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	optind = 0;	/* reset getopt for the command's own options */
+	/* ... and in a command, "kvmstats: CMD: unrecognized option". */
+	cli.cmd = cmd->name;
+	cli.argc = argc;
+	cli.argv = argv;
+	snprintf(getopt_prog, sizeof(getopt_prog), "%s: %s", cli.prog,
+		 cmd->name);
+	argv[0] = getopt_prog;
 	ret = cmd->fn(&cli, argc, argv);
 	kvmstats_ctx__free(cli.ctx);
 	if (fflush(stdout) || ferror(stdout)) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-/* How one stat looks: raw JSON, human text, histogram bars. */
+/* How one stat looks: raw JSON (with its schema, verbose), human text,
+ * histogram bars; and the CSV writer every CSV output shares. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,8 +31,12 @@ struct json_object *stat_json(const struct kvmstats_stat *st,
 	return a;
 }
 
-struct json_object *stats_json(const struct kvmstats_schema *s,
-			       const void *data, const uint64_t *missing)
+static struct json_object *stat_json_verbose(const struct kvmstats_stat *st,
+					     struct json_object *value);
+
+static struct json_object *stats_obj(const struct kvmstats_schema *s,
+				     const void *data, const uint64_t *missing,
+				     bool verbose)
 {
 	struct json_object *o = json_object_new_object();
 	const struct kvmstats_stat *st;
@@ -42,9 +47,129 @@ struct json_object *stats_json(const struct kvmstats_schema *s,
 
 		if (!missing || !((missing[i / 64] >> (i % 64)) & 1))
 			v = stat_json(st, kvmstats_stat__values(st, data));
-		json_object_object_add(o, kvmstats_stat__name(st), v);
+		json_object_object_add(o, kvmstats_stat__name(st),
+				       verbose ? stat_json_verbose(st, v) : v);
 	}
 	return o;
+}
+
+struct json_object *stats_json(const struct kvmstats_schema *s,
+			       const void *data, const uint64_t *missing)
+{
+	return stats_obj(s, data, missing, false);
+}
+
+/* [[lo, hi], ...] per bucket in raw units; hi null for the last one,
+ * which takes every larger value. */
+static struct json_object *bounds_json(const struct kvmstats_stat *st)
+{
+	uint32_t n = kvmstats_stat__size(st);
+	struct json_object *a = json_object_new_array_ext((int)n);
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct json_object *b = json_object_new_array_ext(2), *top;
+		double lo, hi;
+
+		if (kvmstats_hist__bucket_bounds(st, i, &lo, &hi)) {
+			json_object_put(b);
+			json_object_put(a);
+			return NULL;
+		}
+		/* The last bucket takes every larger value: no upper bound. */
+		top = isinf(hi) ? NULL : json_object_new_uint64((uint64_t)hi);
+		json_object_array_add(b, json_object_new_uint64((uint64_t)lo));
+		json_object_array_add(b, top);
+		json_object_array_add(a, b);
+	}
+	return a;
+}
+
+static struct json_object *stat_json_verbose(const struct kvmstats_stat *st,
+					     struct json_object *value)
+{
+	struct json_object *o = json_object_new_object(), *exp;
+	unsigned int base = kvmstats_stat__base(st);
+	int b = base == KVMSTATS_BASE_POW10 ? 10
+		: base == KVMSTATS_BASE_POW2 ? 2
+					     : 0;
+
+	json_object_object_add(o, "value", value);
+	json_object_object_add(o, "type", json_object_new_string(
+				   kvmstats_type_str(kvmstats_stat__type(st))));
+	json_object_object_add(o, "unit", json_object_new_string(
+				   kvmstats_unit_str(kvmstats_stat__unit(st))));
+	/* A base this version does not know is null, not a guess. */
+	json_object_object_add(o, "base", b ? json_object_new_int(b) : NULL);
+	exp = json_object_new_int(kvmstats_stat__exponent(st));
+	json_object_object_add(o, "exponent", exp);
+	if (!is_hist(st))
+		return o;
+	if (kvmstats_stat__type(st) == KVMSTATS_TYPE_LINEAR_HIST)
+		json_object_object_add(o, "bucket_size", json_object_new_uint64(
+					   kvmstats_stat__bucket_size(st)));
+	json_object_object_add(o, "bounds", bounds_json(st));
+	return o;
+}
+
+struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
+				       const void *data,
+				       const uint64_t *missing)
+{
+	return stats_obj(s, data, missing, true);
+}
+
+/* ---- CSV ------------------------------------------------------------ */
+
+static void csv_sep(struct csv *c)
+{
+	if (c->col++)
+		fputc(',', c->f);
+}
+
+/*
+ * Names come from VMMs (QEMU's -name, a process name) and file paths:
+ * anything but NUL. RFC 4180 quoting keeps every byte, so that a name
+ * read back from the CSV is the name. (Control characters are a matter
+ * for the terminal, not for CSV; a sanitizer that shows them visibly
+ * plugs in here, the one place every CSV text field passes.)
+ */
+void csv_field(struct csv *c, const char *s)
+{
+	csv_sep(c);
+	if (!s[strcspn(s, ",\"\r\n")]) {
+		fputs(s, c->f);
+		return;
+	}
+	fputc('"', c->f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', c->f);
+		fputc(*s, c->f);
+	}
+	fputc('"', c->f);
+}
+
+void csv_u64(struct csv *c, uint64_t v)
+{
+	csv_sep(c);
+	fprintf(c->f, "%llu", (unsigned long long)v);
+}
+
+void csv_int(struct csv *c, long long v)
+{
+	csv_sep(c);
+	fprintf(c->f, "%lld", v);
+}
+
+void csv_empty(struct csv *c)
+{
+	csv_sep(c);
+}
+
+void csv_end(struct csv *c)
+{
+	fputs("\r\n", c->f);
+	c->col = 0;
 }
 
 /* A histogram's quantile in the stat's unit, or "-" when empty. */

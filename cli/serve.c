@@ -60,6 +60,7 @@
 #include "cli.h"
 #include "kvmstats_mem.h"
 #include "prom.h"
+#include "prom_process.h"
 #include "webconfig.h"
 
 static const char serve_usage[] =
@@ -726,14 +727,10 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 			uint64_t read_ns)
 {
 	struct prom_model_stats st;
-	char lab[64];
 
 	prom_model_stats(s->model, &st);
 	prom_model_render_info(s->model, f, b);
-	prom_family(b, f, "kvmstats_build_info", "gauge", NULL,
-		    "The exporter's version (always 1)");
-	snprintf(lab, sizeof(lab), "version=\"%s\"", kvmstats_version_string());
-	prom_sample(b, "kvmstats_build_info", lab, 1);
+	prom_process_metrics(b, f);
 	prom_family(b, f, "kvmstats_scrape_read_seconds", "gauge", "seconds",
 		    "Wall time this scrape took to read every VM (one sweep)");
 	prom_sample(b, "kvmstats_scrape_read_seconds", NULL, read_ns / 1e9);

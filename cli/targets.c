@@ -5,6 +5,7 @@
  * that reads VMs takes the same options, parsed here.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,6 +39,29 @@ static bool valid_source(const char *s)
 	return false;
 }
 
+/*
+ * The operands that follow an option's argument in the command's argv,
+ * up to the next option: `--file A B C` names three files. Works on the
+ * argv main() gave the command (cli->argv) only, and only when @arg is
+ * the argument getopt just returned from it. Advances optind past them;
+ * GNU getopt moves them ahead of any operand it skipped, as if they had
+ * been options. Returns how many were stored in @out.
+ */
+size_t cli_more_operands(struct cli *cli, const char *arg, char **out)
+{
+	uintptr_t p, at = (uintptr_t)arg;
+	size_t n = 0;
+
+	if (!cli->argv || optind < 1 || optind > cli->argc)
+		return 0;
+	p = (uintptr_t)cli->argv[optind - 1];
+	if (at < p || at > p + strlen(cli->argv[optind - 1]))
+		return 0;
+	while (optind < cli->argc && cli->argv[optind][0] != '-')
+		out[n++] = cli->argv[optind++];
+	return n;
+}
+
 int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 		   const char *arg)
 {
@@ -61,6 +85,7 @@ int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 		return 1;
 	case OPT_FILE:
 		a->files[a->nfiles++] = (char *)arg;
+		a->nfiles += cli_more_operands(cli, arg, a->files + a->nfiles);
 		return 1;
 	case OPT_SOURCE:
 		if (!valid_source(arg)) {

@@ -26,13 +26,14 @@
 
 static const char top_usage[] =
 	"[--once|-1] [--json] [--interval|-s SECONDS] [--fields|-f REGEX]\n"
-	"       [--skip-zero|-z] [--include-past|-i] [--replay FILE]\n      "
+	"       [--skip-zero|-z] [--include-past|-i]\n"
+	"       [--replay FILE [--loop]]\n      "
 	" " CLI_TARGET_USAGE;
 
 /* A VMM list rescan walks /proc; a sweep is one pread per fd. */
 #define REFRESH_NS (3 * 1000000000ull)
 
-enum { OPT_REPLAY = OPT_CMD_BASE };
+enum { OPT_REPLAY = OPT_CMD_BASE, OPT_LOOP };
 
 static uint64_t now_ns(void)
 {
@@ -54,6 +55,7 @@ struct top_src {
 	struct kvmstats_log_reader *log;
 	uint64_t last_fed; /* log time of the last frame fed */
 	bool fed;
+	bool looped; /* --loop started the log again */
 	char msg[512]; /* what went wrong at the last frame, if anything */
 };
 
@@ -197,6 +199,13 @@ static int replay_frame(struct top_src *src, struct top_model *m)
 		bool restart;
 		uint64_t t;
 
+		/* --loop: again from the start, every series restarted. */
+		if (n == 0 && src->o->loop && src->fed &&
+		    !kvmstats_log_reader__rewind(src->log)) {
+			src->fed = false;
+			src->looped = true;
+			continue;
+		}
 		if (n <= 0) {
 			if (n < 0)
 				snprintf(src->msg, sizeof(src->msg),
@@ -204,7 +213,8 @@ static int replay_frame(struct top_src *src, struct top_model *m)
 			return n;
 		}
 		t = kvmstats_log_reader__time_ns(src->log);
-		restart = kvmstats_log_reader__session_start(src->log);
+		restart = kvmstats_log_reader__session_start(src->log) ||
+			  !src->fed;
 		if (src->fed && !restart && t < src->last_fed + step)
 			continue;
 		model_begin(m);
@@ -440,7 +450,9 @@ static int run_screen(struct cli *cli, struct top_opts *o, struct top_src *src,
 	}
 	ui_set_replay(ui, o->replay != NULL);
 	if (o->replay)
-		ui_set_title(ui, o->replay);
+		ui_set_title(ui, o->banner ? o->banner->title : o->replay);
+	if (o->banner)
+		ui_status(ui, "%s", o->banner->notice);
 	while (!stop_sig && !(req & UI_QUIT)) {
 		uint64_t now = now_ns();
 		struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
@@ -451,6 +463,9 @@ static int run_screen(struct cli *cli, struct top_opts *o, struct top_src *src,
 
 			if (src->msg[0])
 				ui_status(ui, "%s", src->msg);
+			if (src->looped && o->banner)
+				ui_status(ui, "%s", o->banner->notice);
+			src->looped = false;
 			/* Only a log ends; what it showed last stays. */
 			if (n <= 0)
 				ended = true;
@@ -532,6 +547,9 @@ static int top_opt(struct cli *cli, struct top_opts *o, int c, const char *arg)
 	case OPT_REPLAY:
 		o->replay = arg;
 		return 1;
+	case OPT_LOOP:
+		o->loop = true;
+		return 1;
 	case 'h':
 		return 2;
 	}
@@ -550,6 +568,7 @@ static int parse_args(struct cli *cli, struct top_opts *o,
 		{"skip-zero", no_argument, NULL, 'z'},
 		{"include-past", no_argument, NULL, 'i'},
 		{"replay", required_argument, NULL, OPT_REPLAY},
+		{"loop", no_argument, NULL, OPT_LOOP},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -575,6 +594,10 @@ static int parse_args(struct cli *cli, struct top_opts *o,
 		cli_err(cli, "top: unexpected argument '%s'", argv[optind]);
 		return cli_usage(cli, "top", top_usage);
 	}
+	if (o->loop && !o->replay) {
+		cli_err(cli, "--loop goes with --replay FILE");
+		return EXIT_USAGE;
+	}
 	if (a->nfiles) {
 		cli_err(cli, "top watches live VMs or a log (--replay); "
 			     "use 'dump --file' for image files");
@@ -596,6 +619,12 @@ static int parse_args(struct cli *cli, struct top_opts *o,
 
 int cmd_top(struct cli *cli, int argc, char **argv)
 {
+	return top_main(cli, argc, argv, NULL);
+}
+
+int top_main(struct cli *cli, int argc, char **argv,
+	     const struct top_banner *banner)
+{
 	struct top_opts o = {.interval = 1.0};
 	struct target_args a;
 	struct top_model m;
@@ -609,6 +638,7 @@ int cmd_top(struct cli *cli, int argc, char **argv)
 		ret = ret == 1 ? EXIT_OK : ret < 0 ? EXIT_USAGE : ret;
 		goto out;
 	}
+	o.banner = banner;
 	ret = EXIT_FAIL;
 	if (src_open(&src, cli, &o, &a))
 		goto out;

@@ -107,6 +107,8 @@ struct top_opts {
 	regex_t fields;
 	bool fields_set;
 	const char *replay;
+	bool loop; /* --replay: start again at the end */
+	const struct top_banner *banner; /* the demo's, or NULL */
 };
 
 /* Values formatted for a cell. */

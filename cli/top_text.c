@@ -110,8 +110,7 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 		print_series(o, &vm->sum, (unsigned int)vm->nsum);
 	}
 	if (!m->nvms)
-		printf("no VM found; see 'kvmstats list' (or 'kvmstats "
-		       "demo')\n");
+		printf("no VM found: %s\n", demo_hint());
 	return EXIT_OK;
 }
 

@@ -262,8 +262,9 @@ static void list_draw(struct top_ui *ui, int y, int rows)
 		put(y + 3, 2, 0, "%s",
 		    ui->m->nvms ? "no VM matches the filter ('c' clears it)"
 		    : ui->m->frames
-			    ? "no VM found: start one, or run 'kvmstats demo'"
-			    : "reading...");
+			    ? "no VM found" : "reading...");
+	if (!n && !ui->m->nvms && ui->m->frames)
+		put(y + 4, 2, 0, "%s", demo_hint());
 	free(vis);
 }
 

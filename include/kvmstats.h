@@ -508,6 +508,43 @@ KVMSTATS_API size_t kvmstats_vm__num_vcpus(const struct kvmstats_vm *vm);
 KVMSTATS_API struct kvmstats_reader *
 kvmstats_vm__vcpu(const struct kvmstats_vm *vm, size_t i, int *index);
 
+/* Each level of a VM's stats is served by its own source: a QEMU 8.1+
+ * holds its vCPUs' stats fds but not its VM's, so the vCPUs are read from
+ * those ("fd") and the VM stats from another source ("attach", "qmp",
+ * "libvirt", "debugfs"). */
+enum kvmstats_level {
+	KVMSTATS_LEVEL_VM = 0,
+	KVMSTATS_LEVEL_VCPU = 1,
+};
+/* The source that serves @level of @vm: "fd", "attach" (stats fds the
+ * VMM was made to open), "qmp", "libvirt" or "debugfs"; NULL when no
+ * source serves it (the VM has no VM reader, or no vCPU). */
+KVMSTATS_API const char *kvmstats_vm__source(const struct kvmstats_vm *vm,
+					     enum kvmstats_level level);
+/* Why @level of @vm has no source ("" when it has one): every source
+ * that was tried, and what it said. */
+KVMSTATS_API const char *kvmstats_vm__why_none(const struct kvmstats_vm *vm,
+					       enum kvmstats_level level);
+
+/* What the qmp source learnt of a VMM it reads (at any level). */
+struct kvmstats_qmp_info {
+	size_t sz;			/* sizeof(struct kvmstats_qmp_info) */
+	char qemu_version[32];		/* "10.0.2", from QMP's greeting */
+	/* QEMU lists multi-value stats (histograms) last element first;
+	 * the qmp source puts them back in the kernel's order. */
+	bool hist_reversed;
+	/* How that order is known: "kernel" (a histogram of QEMU's compared
+	 * with the kernel's stats fd of the same vCPU, once per QEMU binary),
+	 * "version" (the known order of this QEMU release), "assumed" (a
+	 * release newer than those known: taken as the last known). */
+	const char *hist_order_from;
+	char socket[256];		/* the monitor's socket, as named */
+};
+/* Fill @info (its sz set by the caller) for a VMM the qmp source reads;
+ * -ENOENT (errno too) when no level of @v is read over QMP. */
+KVMSTATS_API int kvmstats_vmm__qmp_info(const struct kvmstats_vmm *v,
+					struct kvmstats_qmp_info *info);
+
 /* ---------------------------------------------------------------------
  * Host: every VMM on the machine, each served by the best source, kept up
  * to date as VMMs come and go and vCPUs are hot-added.

@@ -150,6 +150,14 @@ static void note_error(struct kvmstats_host *h, const char *fmt, ...)
 	strcat(h->errors, "\n");
 }
 
+static void drop_vm_priv(struct kvmstats_vmm *v)
+{
+	if (v->vm_priv_free)
+		v->vm_priv_free(v->vm_priv);
+	v->vm_priv = NULL;
+	v->vm_priv_free = NULL;
+}
+
 static void vmm_reset(struct kvmstats_vmm *v)
 {
 	for (size_t i = 0; i < v->nvms; i++)
@@ -159,7 +167,138 @@ static void vmm_reset(struct kvmstats_vmm *v)
 		v->priv_free(v->priv);
 	v->priv = NULL;
 	v->priv_free = NULL;
+	drop_vm_priv(v);
 	v->memory_bytes = 0;
+}
+
+/* ---- sources per level ---- */
+
+/* Who may serve the VM stats of a VMM whose own source has none (QEMU
+ * 8.1+ holds its vCPUs' stats fds, not its VM's), best first. */
+static const struct ks_source *const vm_sources[] = {
+	&ks_source_attach, &ks_source_qmp, &ks_source_libvirt, &ks_source_debugfs,
+};
+
+static void why_add(char *buf, size_t len, const char *src, const char *why)
+{
+	size_t used = strlen(buf);
+
+	if (used + 1 < len)
+		snprintf(buf + used, len - used, "%s%s: %s", used ? "; " : "",
+			 src, why);
+}
+
+/* The levels the VMM's own source serves. */
+static void mark_levels(struct kvmstats_vmm *v)
+{
+	for (size_t i = 0; i < v->nvms; i++) {
+		struct kvmstats_vm *vm = v->vms[i];
+
+		if (vm->r && !vm->level_src[KVMSTATS_LEVEL_VM])
+			vm->level_src[KVMSTATS_LEVEL_VM] = v->src->name;
+		if (vm->nvcpus)
+			vm->level_src[KVMSTATS_LEVEL_VCPU] = v->src->name;
+	}
+}
+
+static size_t vms_without_stats(const struct kvmstats_vmm *v)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < v->nvms; i++)
+		n += !v->vms[i]->r;
+	return n;
+}
+
+/* Try @s for the VM stats alone; 0 when it served at least one VM. */
+static int try_vm_source(struct kvmstats_host *h, struct kvmstats_vmm *v,
+			 const struct ks_source *s, char *why, size_t why_sz)
+{
+	struct ks_source_args a = { h->ctx, &h->o, why, why_sz, true };
+	size_t before = vms_without_stats(v);
+	int err;
+
+	why[0] = 0;
+	if (s == &ks_source_attach && !(h->o.flags & KVMSTATS_HOST_ATTACH)) {
+		ks_err(why, why_sz, "not allowed (--attach allows it)");
+		return -EPERM;
+	}
+	if (s->one_vm && v->nvms > 1) {
+		ks_err(why, why_sz, "knows one VM, this VMM has %zu", v->nvms);
+		return -EINVAL;
+	}
+	err = s->open(&a, v);
+	if (!err && vms_without_stats(v) == before)
+		err = -ENOENT;
+	if (err) {
+		/* Its readers first: they use its state. */
+		for (size_t i = 0; i < v->nvms; i++)
+			if (!v->vms[i]->level_src[KVMSTATS_LEVEL_VM] && v->vms[i]->r) {
+				kvmstats_reader__close(v->vms[i]->r);
+				v->vms[i]->r = NULL;
+			}
+		drop_vm_priv(v);
+		if (!why[0])
+			ks_err(why, why_sz, "%s", strerror(-err));
+		return err;
+	}
+	v->vm_src = s;
+	for (size_t i = 0; i < v->nvms; i++)
+		if (v->vms[i]->r && !v->vms[i]->level_src[KVMSTATS_LEVEL_VM])
+			v->vms[i]->level_src[KVMSTATS_LEVEL_VM] = s->name;
+	return 0;
+}
+
+/* VMs whose source has no VM stats get them from the best other source
+ * that has (auto only: a source the user named is the only one). Where
+ * none has, each such VM says why. */
+static void complete_vm_level(struct kvmstats_host *h, struct kvmstats_vmm *v)
+{
+	char all[512] = "", why[256];
+
+	mark_levels(v);
+	if (!vms_without_stats(v))
+		return;
+	if (h->only) {
+		snprintf(all, sizeof(all), "source %s has none for it (without "
+			 "--source, another source is asked)", h->only->name);
+	} else {
+		for (size_t i = 0; i < ARRAY_SIZE(vm_sources); i++) {
+			const struct ks_source *s = vm_sources[i];
+
+			if (s == v->src || !s->vm_level)
+				continue;
+			if (!try_vm_source(h, v, s, why, sizeof(why)))
+				break;
+			why_add(all, sizeof(all), s->name, why);
+		}
+	}
+	for (size_t i = 0; i < v->nvms; i++)
+		if (!v->vms[i]->r)
+			snprintf(v->vms[i]->why_none[KVMSTATS_LEVEL_VM],
+				 sizeof(v->vms[i]->why_none[0]), "%s", all);
+}
+
+/* A process that holds no KVM VM fd is no VMM: no source is worth a try
+ * (pid 1, a typo), and saying so beats a source's own complaint. */
+static int not_a_vmm(pid_t pid, char *why, size_t why_sz)
+{
+	struct kvmstats_proc_fd *fds = NULL;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+	bool vm = false;
+
+	if (n < 0) {
+		ks_err(why, why_sz, "%s", n == -ESRCH ? "no such process" :
+		       strerror(-n));
+		return n;
+	}
+	for (int i = 0; i < n; i++)
+		vm |= fds[i].kind == KVMSTATS_FD_VM;
+	free(fds);
+	if (vm)
+		return 0;
+	ks_err(why, why_sz, "not a VMM (it holds no KVM VM fd)");
+	return -ENOENT;
 }
 
 /* Try the sources in order of preference; the first that opens wins. */
@@ -178,6 +317,10 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 		goto err;
 	}
 	kvmstats_proc__name(pid, v->name, sizeof(v->name));
+	err = not_a_vmm(pid, why, why_sz);
+	if (err)
+		goto err;
+	err = -ENOENT;
 	for (size_t i = 0; i < ARRAY_SIZE(sources); i++) {
 		const struct ks_source *s = sources[i];
 
@@ -193,6 +336,7 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 			v->source = s->reads_as ? s->reads_as : s->name;
 			v->src = s;
 			v->uid = h->next_uid++;
+			complete_vm_level(h, v);
 			return v;
 		}
 		vmm_reset(v);
@@ -315,7 +459,7 @@ static void remember_failure(struct kvmstats_host *h, pid_t pid,
 	if (rt->backoff_ns < KS_RETRY_MAX_NS)
 		rt->backoff_ns *= 2;
 	rt->next_ns = ks_now_ns() + rt->backoff_ns;
-	snprintf(rt->why, sizeof(rt->why), "%s", why);
+	snprintf(rt->why, sizeof(rt->why), "%.*s", (int)sizeof(rt->why) - 1, why);
 }
 
 static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)
@@ -368,6 +512,8 @@ static void refresh_vcpus(struct kvmstats_host *h)
 		if (s && s->refresh && s->refresh(&a, v) < 0)
 			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: refresh: %s",
 			       (int)v->pid, why);
+		if (v->src)
+			mark_levels(v);
 	}
 }
 

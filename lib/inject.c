@@ -41,9 +41,9 @@
 #include "inject.h"
 #include "internal.h"
 
-#if !defined(__x86_64__)
-#error "system call injection is written for x86_64"
-#endif
+/* Registers, restart rules and the `syscall` instruction are x86_64's;
+ * elsewhere every entry point fails with -EOPNOTSUPP (at the end). */
+#if defined(__x86_64__)
 
 #define MAX_PASSED_SIGNALS 64
 
@@ -369,3 +369,61 @@ out:
 	t->state = KS_THREAD_FREE;
 	return ks_now_ns() - t->since_ns;
 }
+
+#else /* !__x86_64__ */
+
+int ks_thread_hold(struct ks_thread *t, pid_t tid, uint64_t timeout_ns)
+{
+	(void)timeout_ns;
+	memset(t, 0, sizeof(*t));
+	t->tid = tid;
+	return -EOPNOTSUPP;
+}
+
+bool ks_thread_was_in(const struct ks_thread *t, long nr, unsigned long a0,
+		      unsigned long a1)
+{
+	(void)t, (void)nr, (void)a0, (void)a1;
+	return false;
+}
+
+int ks_thread_syscall_insn(const struct ks_thread *t, uint64_t *addr)
+{
+	(void)t, (void)addr;
+	return -EOPNOTSUPP;
+}
+
+int ks_vdso_syscall_insn(pid_t pid, uint64_t *addr)
+{
+	(void)pid, (void)addr;
+	return -EOPNOTSUPP;
+}
+
+int ks_thread_call_start(struct ks_thread *t, uint64_t insn, long nr,
+			 unsigned long a0, unsigned long a1, unsigned long a2)
+{
+	(void)t, (void)insn, (void)nr, (void)a0, (void)a1, (void)a2;
+	return -EOPNOTSUPP;
+}
+
+int ks_thread_call_wait(struct ks_thread *t, uint64_t timeout_ns, long *ret)
+{
+	(void)t, (void)timeout_ns, (void)ret;
+	return -EOPNOTSUPP;
+}
+
+int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
+		   unsigned long a0, unsigned long a1, unsigned long a2,
+		   long *ret)
+{
+	(void)t, (void)insn, (void)nr, (void)a0, (void)a1, (void)a2, (void)ret;
+	return -EOPNOTSUPP;
+}
+
+uint64_t ks_thread_release(struct ks_thread *t)
+{
+	t->state = KS_THREAD_FREE;
+	return 0;
+}
+
+#endif /* __x86_64__ */

@@ -36,7 +36,9 @@ struct ks_thread {
 	uint64_t call_insn;	/* where the running call was started */
 	uint64_t mask;		/* its signal mask when interrupted */
 	uint64_t since_ns;	/* when it was interrupted */
+#if defined(__x86_64__)		/* the only architecture implemented */
 	struct user_regs_struct regs;	/* its registers when interrupted */
+#endif
 };
 
 /* Seize @tid and wait until it stops (polling for at most @timeout_ns,

@@ -53,20 +53,37 @@ struct kvmstats_ctx {
 	 * failed, so that it is not tried again. */
 	struct kvmstats_schema *kernel_schema[2];
 	int kernel_err;
+	/* The order of QEMU's histogram lists, learnt per QEMU binary
+	 * (qmp_order.c): a small ring, the oldest replaced. */
+	struct ks_exe_order {
+		uint64_t dev, ino, mtime_ns, size;
+		bool reversed;
+	} hist_order[16];
+	unsigned int nhist_order;
 };
 
 /* ---- VMMs and VMs (vmm.c) ---- */
 struct ks_vcpu_slot {
 	int index;
 	int remote_fd;			/* fd number in the VMM, or -1 */
+	bool held;			/* remote_fd is a stats fd it holds */
 	struct kvmstats_reader *r;
 };
 
+/* The levels of stats, each served by its own source (KVMSTATS_LEVEL_*). */
+#define KS_LEVELS 2
+
 struct kvmstats_vm {
+	struct kvmstats_vmm *vmm;	/* the VMM it belongs to */
 	struct kvmstats_reader *r;	/* NULL when only vCPU fds were found */
-	int remote_fd;
+	int remote_fd;			/* the VMM's VM stats fd we copied, or -1 */
+	int vm_fd;			/* the VMM's KVM VM fd, or -1: unknown */
 	struct ks_vcpu_slot *vcpus;
-	size_t nvcpus;
+	size_t nvcpus, cap;
+	/* Which source serves each level (static names; NULL: none), and
+	 * why a level has none ("" when it has one or was not looked for). */
+	const char *level_src[KS_LEVELS];
+	char why_none[KS_LEVELS][512];
 };
 
 struct kvmstats_vmm {
@@ -81,6 +98,11 @@ struct kvmstats_vmm {
 	size_t nvms;
 	void *priv;			/* the source's per-VMM state */
 	void (*priv_free)(void *priv);
+	/* State of another source that serves only the VM stats (a VMM
+	 * that holds its vCPUs' stats fds and not its VM's). */
+	const struct ks_source *vm_src;
+	void *vm_priv;
+	void (*vm_priv_free)(void *priv);
 };
 
 int ks_vmm_pidfd_open(struct kvmstats_vmm *v);
@@ -89,10 +111,17 @@ int ks_vmm_pidfd_open(struct kvmstats_vmm *v);
 int ks_vmm_take_held_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v);
 int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 		   struct kvmstats_reader *r);
-/* The VM a vCPU's fd belongs to: the VM whose fd comes last before it in
- * the VMM's fd order (VMMs create a VM, then its vCPUs); the first VM when
- * none comes before; NULL when there is no VM yet. */
+/* The VM a vCPU's fd belongs to: the VM whose KVM VM fd (vm_fd) comes
+ * last before it in the VMM's fd order (VMMs create a VM, then its
+ * vCPUs); the first VM when none comes before; NULL when there is no VM
+ * yet. */
 struct kvmstats_vm *ks_vmm_owner_vm(struct kvmstats_vmm *v, int fd);
+/* The VM of the VMM's KVM VM fd @vm_fd, or NULL. */
+struct kvmstats_vm *ks_vmm_vm_of_fd(const struct kvmstats_vmm *v, int vm_fd);
+/* Give @v a source's state: the VMM's own source's, or (@vm_only) that of
+ * the source serving only its VM stats. Freed with @v, after its VMs. */
+void ks_vmm_set_priv(struct kvmstats_vmm *v, bool vm_only, void *priv,
+		     void (*priv_free)(void *priv));
 /* Read a small /proc file whole, NUL-terminated; bytes read or -errno. */
 ssize_t ks_read_small(const char *path, char *buf, size_t len);
 void ks_vm_free(struct kvmstats_vm *vm);
@@ -107,6 +136,9 @@ struct ks_source_args {
 	const struct kvmstats_host_opts *opts;	/* all fields filled */
 	char *errbuf;
 	size_t errbuf_sz;
+	/* Open for the VM stats only (another source reads the vCPUs):
+	 * touch no vCPU, read none. Sources with .vm_level honour it. */
+	bool vm_only;
 };
 
 /* A source fills a fresh VMM (pid, pidfd and name already set) with VMs
@@ -122,6 +154,11 @@ struct ks_source {
 	/* Optional: the source its VMMs report (attach ends up with stats
 	 * fds of our own: its readings are the fd source's). */
 	const char *reads_as;
+	/* Can serve the VM stats alone (with a->vm_only). */
+	bool vm_level;
+	/* Serves one VM per VMM (QEMU's monitor, libvirt): its VM is the
+	 * VMM's only one; others say which VM fd each VM reader is of. */
+	bool one_vm;
 };
 
 /* New references to this kernel's VM and vCPU stats schemas, read from

@@ -40,12 +40,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "mem_internal.h"
+#include "source_qmp.h"
 
 #ifndef __NR_pidfd_open
 #define __NR_pidfd_open 434
@@ -453,143 +455,45 @@ static struct json_object *qmp_cmd(struct qmp *q, const char *cmd, int *err)
 
 /* ---- finding QEMU's QMP socket from its command line ---- */
 
-struct args {
-	char buf[65536];
-	char *v[1024];
-	int n;
-};
-
-static int read_args(pid_t pid, struct args *a)
+/* The monitor socket QEMU @pid names (lib/qmp_cmdline.c, libvirt's
+ * fd-passed one included), taken only if @pid could use it itself
+ * (ks_qmp_sock_open(): a path on a less trusted process's command line
+ * must not make us its deputy). @out gets a path to connect to from here:
+ * the socket as named when @pid shares our root and the path is
+ * absolute, else through /proc/PID/root or /proc/PID/cwd. @why gets the
+ * reason of a refusal. */
+static int find_qmp(pid_t pid, char *out, size_t len, char *why, size_t why_sz)
 {
+	char (*socks)[PATH_MAX] = calloc(KS_QMP_MAX_SOCKS, PATH_MAX);
+	struct stat st, root, ours;
 	char path[64];
-	ssize_t len;
-	int fd;
+	int n, err = -ENOENT;
 
-	a->n = 0;
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	len = read(fd, a->buf, sizeof(a->buf) - 1);
-	close(fd);
-	if (len <= 0)
-		return len < 0 ? -errno : -ESRCH;
-	a->buf[len] = 0;
-	for (char *p = a->buf; p < a->buf + len && a->n < 1024; p += strlen(p) + 1)
-		a->v[a->n++] = p;
-	return 0;
-}
-
-/* Value of key=value in a QEMU option string, copied to @out. */
-static bool opt_get(const char *opts, const char *key, char *out, size_t len)
-{
-	size_t klen = strlen(key);
-
-	for (const char *p = opts; p && *p;) {
-		const char *comma = strchr(p, ',');
-
-		if (!strncmp(p, key, klen) && p[klen] == '=') {
-			snprintf(out, len, "%.*s", (int)strcspn(p + klen + 1, ","),
-				 p + klen + 1);
-			return true;
-		}
-		p = comma ? comma + 1 : NULL;
-	}
-	return false;
-}
-
-/* Path of the unix socket behind the VMM's fd @fd (libvirt passes the
- * monitor socket as an fd), from /proc/PID/net/unix. */
-static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len)
-{
-	char path[64], link[64], line[512];
-	unsigned long inode, ino;
-	bool found = false;
-	ssize_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd/%.16s", (int)pid, fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n <= 0)
-		return false;
-	link[n] = 0;
-	if (sscanf(link, "socket:[%lu]", &inode) != 1)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		char sock[256] = "";
-
-		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &ino, sock) == 2 &&
-		    ino == inode && sock[0] == '/') {
-			snprintf(out, len, "%s", sock);
-			found = true;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
-static bool chardev_path(pid_t pid, const struct args *a, const char *id,
-			 char *out, size_t len)
-{
-	char v[128];
-
-	for (int i = 0; i + 1 < a->n; i++) {
-		if (strcmp(a->v[i], "-chardev") && strcmp(a->v[i], "--chardev"))
-			continue;
-		if (!opt_get(a->v[i + 1], "id", v, sizeof(v)) || strcmp(v, id))
-			continue;
-		if (opt_get(a->v[i + 1], "path", out, len))
-			return true;
-		if (opt_get(a->v[i + 1], "fd", v, sizeof(v)))
-			return fd_socket_path(pid, v, out, len);
-	}
-	return false;
-}
-
-static bool is_qemu(const struct args *a)
-{
-	const char *base;
-
-	if (!a->n)
-		return false;
-	base = strrchr(a->v[0], '/');
-	return strstr(base ? base + 1 : a->v[0], "qemu") != NULL;
-}
-
-static int find_qmp(pid_t pid, char *out, size_t len)
-{
-	struct args *a = malloc(sizeof(*a));
-	char id[128];
-	int err = -ENOENT;
-
-	if (!a)
+	if (!socks)
 		return -ENOMEM;
-	if (read_args(pid, a))
-		goto out;
-	if (!is_qemu(a)) {
-		err = -ENOTSUP;
-		goto out;
-	}
-	for (int i = 0; i + 1 < a->n && err; i++) {
-		const char *o = a->v[i], *v = a->v[i + 1];
+	n = ks_qmp_find_sockets(pid, KS_QMP_FIND_FD, socks, KS_QMP_MAX_SOCKS);
+	if (n < 0)
+		err = n;
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+	for (int i = 0; i < n && err; i++) {
+		int fd = ks_qmp_sock_open(socks[i], pid, &st, why, why_sz);
+		bool same_root;
 
-		if ((!strcmp(o, "-qmp") || !strcmp(o, "--qmp") ||
-		     !strcmp(o, "-qmp-pretty")) && !strncmp(v, "unix:", 5)) {
-			snprintf(out, len, "%.*s", (int)strcspn(v + 5, ","), v + 5);
-			err = 0;
-		} else if ((!strcmp(o, "-mon") || !strcmp(o, "--mon")) &&
-			   strstr(v, "mode=control") &&
-			   opt_get(v, "chardev", id, sizeof(id)) &&
-			   chardev_path(pid, a, id, out, len)) {
-			err = 0;
+		if (fd < 0) {
+			err = fd;
+			continue;
 		}
+		close(fd);
+		same_root = !stat(path, &root) && !stat("/", &ours) &&
+			    root.st_dev == ours.st_dev && root.st_ino == ours.st_ino;
+		if (same_root && socks[i][0] == '/')
+			snprintf(out, len, "%s", socks[i]);
+		else
+			snprintf(out, len, "/proc/%d/%s/%s", (int)pid,
+				 socks[i][0] == '/' ? "root" : "cwd", socks[i]);
+		err = 0;
 	}
-out:
-	free(a);
+	free(socks);
 	return err;
 }
 
@@ -613,7 +517,7 @@ static uint64_t unit_bytes(const char *u)
 
 /* One line of `info ramblock`: NAME... PSIZE UNIT OFFSET USED TOTAL,
  * parsed from the right (a name could hold a space). */
-static bool parse_block_line(char *line, struct qblock *b)
+static bool parse_block_line(char *line, int extra, struct qblock *b)
 {
 	char *t[32], *save = NULL;
 	int k = 0;
@@ -622,6 +526,7 @@ static bool parse_block_line(char *line, struct qblock *b)
 	for (char *s = strtok_r(line, " \t\r", &save); s && k < 32;
 	     s = strtok_r(NULL, " \t\r", &save))
 		t[k++] = s;
+	k -= extra;	/* columns after Total (QEMU 10: HVA, RO) */
 	if (k < 6 || strncmp(t[k - 1], "0x", 2))
 		return false;
 	b->total = strtoull(t[k - 1], NULL, 16);
@@ -634,11 +539,27 @@ static bool parse_block_line(char *line, struct qblock *b)
 	return b->total && b->used <= b->total;
 }
 
+/* The columns the header names after "Total": none up to QEMU 9, "HVA"
+ * and "RO" from QEMU 10 on. */
+static int header_extra(const char *header)
+{
+	const char *p = strstr(header, "Total");
+	int n = 0;
+
+	for (p = p ? p + 5 : ""; *p; n++) {
+		p += strspn(p, " \t\r");
+		if (!*p)
+			break;
+		p += strcspn(p, " \t\r");
+	}
+	return n > 8 ? 8 : n;
+}
+
 static int parse_blocks(const char *text, struct qblock **out, size_t *n)
 {
 	char *copy = strdup(text), *save = NULL;
 	struct qblock b, *v = NULL;
-	int err = 0;
+	int err = 0, extra = 0;
 
 	if (!copy)
 		return -ENOMEM;
@@ -646,7 +567,11 @@ static int parse_blocks(const char *text, struct qblock **out, size_t *n)
 	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
 		void *p;
 
-		if (strstr(l, "Block Name") || !parse_block_line(l, &b))
+		if (strstr(l, "Block Name")) {
+			extra = header_extra(l);
+			continue;
+		}
+		if (!parse_block_line(l, extra, &b))
 			continue;
 		p = realloc(v, (*n + 1) * sizeof(*v));
 		if (!p) {
@@ -780,18 +705,20 @@ static int match_blocks(struct kvmstats_ram *ram, struct maps *ms,
 static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
 		   struct maps *ms)
 {
+	char unmatched[256], why[sizeof(ram->note)] = "";
 	struct qblock *b = NULL;
-	char unmatched[256];
 	size_t nb = 0;
 	int err = 0;
 
 	if (o->qmp_path)
 		snprintf(ram->qmp_path, sizeof(ram->qmp_path), "%s", o->qmp_path);
 	else
-		err = find_qmp(ram->pid, ram->qmp_path, sizeof(ram->qmp_path));
+		err = find_qmp(ram->pid, ram->qmp_path, sizeof(ram->qmp_path),
+			       why, sizeof(why));
 	if (err) {
 		snprintf(ram->note, sizeof(ram->note), "%s",
-			 err == -ENOTSUP ? "not QEMU" : "no QMP socket on QEMU's command line");
+			 err == -ENOTSUP ? "not QEMU" : why[0] ? why :
+			 "no QMP socket on QEMU's command line");
 		return err;
 	}
 	err = qmp_query(ram, o->timeout_ms ? o->timeout_ms : 1000, &b, &nb);
@@ -810,7 +737,8 @@ static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
 	ram->how = KVMSTATS_RAM_QMP;
 	if (unmatched[0])
 		snprintf(ram->note, sizeof(ram->note),
-			 "RAM blocks without a matching mapping: %s", unmatched);
+			 "RAM blocks without a matching mapping: %.*s",
+			 (int)sizeof(ram->note) - 40, unmatched);
 out:
 	free(b);
 	return err;

@@ -20,8 +20,10 @@
  * Written here from that description, not from QEMU's code.
  */
 #include <errno.h>
-#include <immintrin.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "internal.h"
 #include "kvmstats_mem.h"
@@ -74,6 +76,7 @@ static bool zero_int(const void *buf, size_t len)
 	return !or64x8(last);
 }
 
+#if defined(__x86_64__)
 __attribute__((target("sse2")))
 static inline __m128i sse2_or4(const unsigned char *p)
 {
@@ -166,8 +169,20 @@ static bool zero_avx512(const void *buf, size_t len)
 	return !_mm512_test_epi64_mask(v, v);
 }
 
+#else
+/* Other architectures have the integer loop only; cpu_has() never
+ * offers the x86 variants there. */
+#define zero_sse2 zero_int
+#define zero_avx2 zero_int
+#define zero_avx512 zero_int
+#endif /* __x86_64__ */
+
 static bool cpu_has(enum kvmstats_zero_impl impl)
 {
+#if !defined(__x86_64__)
+	return impl != KVMSTATS_ZERO_SSE2 && impl != KVMSTATS_ZERO_AVX2 &&
+	       impl != KVMSTATS_ZERO_AVX512;
+#else
 	__builtin_cpu_init();
 	switch (impl) {
 	case KVMSTATS_ZERO_SSE2:
@@ -179,6 +194,7 @@ static bool cpu_has(enum kvmstats_zero_impl impl)
 	default:
 		return true;
 	}
+#endif
 }
 
 static enum kvmstats_zero_impl best_impl(void)

@@ -26,10 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +65,8 @@ struct ks_qmp {
 	size_t msg_bytes;	/* bytes of the object being parsed */
 	int64_t next_id;	/* from a random base: see qmp_new() */
 	bool caps_pending;	/* qmp_capabilities goes with the first batch */
+	char version[32];	/* from the greeting */
+	size_t max_msg;		/* bytes one message may take */
 };
 
 static uint64_t now_ns(void)
@@ -140,29 +138,6 @@ static void resolve(const char *path, pid_t pid, char *out, size_t len)
 		snprintf(out, len, "/proc/%d/root%s", (int)pid, path);
 	else
 		snprintf(out, len, "/proc/%d/cwd/%s", (int)pid, path);
-}
-
-/* An O_PATH fd on the socket file; -errno when it is not one. */
-static int open_sock_path(const char *path, pid_t pid, struct stat *st)
-{
-	char full[PATH_MAX + 64];
-	int fd;
-
-	resolve(path, pid, full, sizeof(full));
-	fd = open(full, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, st)) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	if (!S_ISSOCK(st->st_mode)) {
-		close(fd);
-		return -ENOTSOCK;
-	}
-	return fd;
 }
 
 /* Is the /proc/net/unix entry's path the socket file @st? */
@@ -260,7 +235,7 @@ static int parse_buffered(struct ks_qmp *q, struct json_object **out)
 	if (jerr != json_tokener_continue)
 		return -EPROTO;
 	q->msg_bytes += used;
-	return q->msg_bytes > QMP_MAX_MSG ? -EMSGSIZE : 0;
+	return q->msg_bytes > q->max_msg ? -EMSGSIZE : 0;
 }
 
 /* The next JSON object of the stream. */
@@ -427,6 +402,41 @@ int ks_qmp_call(struct ks_qmp *q, const char *cmd, struct json_object *args,
 	return e;
 }
 
+/* {"QMP": {"version": {"qemu": {"major": 10, "minor": 0, "micro": 2}}}} */
+static void take_version(struct ks_qmp *q, struct json_object *msg)
+{
+	struct json_object *v = msg;
+	static const char *const path[] = { "QMP", "version", "qemu" };
+	int n[3] = { -1, -1, -1 };
+	static const char *const keys[] = { "major", "minor", "micro" };
+
+	for (size_t i = 0; i < 3 && v; i++)
+		if (!json_object_object_get_ex(v, path[i], &v))
+			v = NULL;
+	for (size_t i = 0; i < 3 && v; i++) {
+		struct json_object *x;
+
+		if (json_object_object_get_ex(v, keys[i], &x) &&
+		    json_object_is_type(x, json_type_int) &&
+		    json_object_get_int64(x) <= 9999)
+			n[i] = json_object_get_int(x);
+	}
+	q->version[0] = 0;
+	if (n[0] >= 0 && n[1] >= 0 && n[2] >= 0)
+		snprintf(q->version, sizeof(q->version), "%d.%d.%d", n[0] % 10000,
+			 n[1] % 10000, n[2] % 10000);
+}
+
+const char *ks_qmp_version(const struct ks_qmp *q)
+{
+	return q->version;
+}
+
+void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes)
+{
+	q->max_msg = bytes < QMP_MAX_MSG ? bytes : QMP_MAX_MSG;
+}
+
 /* The greeting. An answer or event before it is skipped: QEMU sends the
  * answer to a command still running when its client left to the next
  * client. */
@@ -440,6 +450,8 @@ static int greeting(struct ks_qmp *q, uint64_t deadline)
 		if (err)
 			return err;
 		err = json_object_object_get_ex(msg, "QMP", NULL) ? 0 : -EPROTO;
+		if (!err)
+			take_version(q, msg);
 		stale = json_object_object_get_ex(msg, "return", NULL) ||
 			json_object_object_get_ex(msg, "error", NULL) ||
 			json_object_object_get_ex(msg, "event", NULL);
@@ -457,6 +469,7 @@ static struct ks_qmp *qmp_new(void)
 		return NULL;
 	q->fd = -1;
 	q->cancel_fd = -1;
+	q->max_msg = QMP_MAX_MSG;
 	/* Ids nobody else uses: an answer meant for another client (one
 	 * that left while its command ran) is never taken for ours. */
 	if (getrandom(&q->next_id, sizeof(q->next_id), GRND_NONBLOCK) !=
@@ -498,56 +511,16 @@ static int wait_free(const struct ks_qmp *q, const struct stat *st, pid_t pid,
  * accept() gives it one. */
 static int peer_accepted(int fd)
 {
-	struct {
-		struct nlmsghdr nlh;
-		struct unix_diag_req req;
-	} msg = {
-		.nlh = { .nlmsg_len = sizeof(msg),
-			 .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			 .nlmsg_flags = NLM_F_REQUEST },
-		/* ~0: any cookie (INET_DIAG_NOCOOKIE). */
-		.req = { .sdiag_family = AF_UNIX, .udiag_show = UDIAG_SHOW_PEER,
-			 .udiag_cookie = { ~0u, ~0u } },
-	};
-	union {
-		struct nlmsghdr h;
-		unsigned char b[1024];
-	} buf;
-	struct unix_diag_msg *m;
-	struct rtattr *rta;
+	struct ks_unix_diag d;
 	struct stat st;
-	ssize_t n;
-	int len, nl, e = 0;
+	int e;
 
 	if (fstat(fd, &st))
 		return -errno;
-	msg.req.udiag_ino = (uint32_t)st.st_ino;
-	nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (nl < 0)
-		return -errno;
-	/* The kernel answers within send(): nothing to wait for. */
-	n = send(nl, &msg, sizeof(msg), 0);
-	if (n == (ssize_t)sizeof(msg))
-		n = recv(nl, &buf, sizeof(buf), MSG_DONTWAIT);
-	else if (n >= 0)
-		n = -1;		/* a short datagram: never; then nothing to parse */
-	if (n < 0)
-		e = errno > 0 ? -errno : -EIO;
-	else if (!NLMSG_OK(&buf.h, (size_t)n) ||
-		 buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY)
-		e = -EPROTO;	/* NLMSG_ERROR: no such socket, no diag */
-	close(nl);
+	e = ks_unix_diag((uint32_t)st.st_ino, &d);
 	if (e)
 		return e;
-	m = NLMSG_DATA(&buf.h);
-	len = (int)buf.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m));
-	for (rta = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof(*m)));
-	     RTA_OK(rta, len);
-	     rta = RTA_NEXT(rta, len))
-		if (rta->rta_type == UNIX_DIAG_PEER &&
-		    RTA_PAYLOAD(rta) >= sizeof(uint32_t))
-			return *(uint32_t *)RTA_DATA(rta) != 0;
-	return -ENOENT;
+	return d.has_peer ? d.peer != 0 : -ENOENT;
 }
 
 static int sock_connect(struct ks_qmp *q, int pathfd)
@@ -641,33 +614,27 @@ static void connect_err(int e, const char *path, char *err, size_t errsz)
 	set_err(err, errsz, "QMP socket %s: %s", path, why);
 }
 
-int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
-		   int cancel_fd, unsigned int flags, uint64_t deadline_ns,
-		   char *err, size_t errsz)
+int ks_qmp_connect_fd(struct ks_qmp **out, int pathfd, const struct stat *st,
+		      const char *path, pid_t pid, int cancel_fd,
+		      unsigned int flags, uint64_t deadline_ns, char *err,
+		      size_t errsz)
 {
 	char why[200] = "";
 	struct ks_qmp *q;
-	struct stat st;
-	int pathfd, e;
+	int e;
 
 	*out = NULL;
-	pathfd = open_sock_path(path, pid, &st);
-	if (pathfd < 0) {
-		set_err(err, errsz, "QMP socket %s: %s", path, strerror(-pathfd));
-		return pathfd;
-	}
 	q = qmp_new();
-	e = -ENOMEM;
 	if (!q)
-		goto out;
+		return -ENOMEM;
 	q->cancel_fd = cancel_fd;
 	e = 0;
 	if (flags & KS_QMP_CHECK_FIRST)
-		e = wait_free(q, &st, pid, deadline_ns);
+		e = wait_free(q, st, pid, deadline_ns);
 	if (!e)
-		e = connect_sock(q, pathfd, &st, pid, deadline_ns);
+		e = connect_sock(q, pathfd, st, pid, deadline_ns);
 	if (!e)
-		e = await_greeting(q, &st, pid, flags, deadline_ns);
+		e = await_greeting(q, st, pid, flags, deadline_ns);
 	if (e) {
 		connect_err(e, path, err, errsz);
 		if (e == -EAGAIN)
@@ -683,13 +650,29 @@ int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
 	if (e)
 		set_err(err, errsz, "QMP socket %s: %s", path, why);
 out:
-	close(pathfd);
 	if (e) {
 		ks_qmp_close(q);
 		return e;
 	}
 	*out = q;
 	return 0;
+}
+
+int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
+		   int cancel_fd, unsigned int flags, uint64_t deadline_ns,
+		   char *err, size_t errsz)
+{
+	struct stat st;
+	int pathfd, e;
+
+	*out = NULL;
+	pathfd = ks_qmp_sock_open(path, pid, &st, err, errsz);
+	if (pathfd < 0)
+		return pathfd;
+	e = ks_qmp_connect_fd(out, pathfd, &st, path, pid, cancel_fd, flags,
+			      deadline_ns, err, errsz);
+	close(pathfd);
+	return e;
 }
 
 void ks_qmp_close(struct ks_qmp *q)

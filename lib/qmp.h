@@ -39,6 +39,40 @@ int ks_qmp_connect(struct ks_qmp **out, const char *path, pid_t pid,
 		   int cancel_fd, unsigned int flags, uint64_t deadline_ns,
 		   char *err, size_t errsz);
 
+struct stat;
+
+/* An O_PATH fd on the QMP socket @path, to connect through. @pid > 0: a
+ * path that process named (its command line), resolved in its root and
+ * working directory, and taken only if that process could use it itself
+ * or listens on it (qmp_trust.c); @pid <= 0: a path the user gave. *st
+ * gets the socket file's stat. -errno with one line in @err: -ENOENT,
+ * -ENOTSOCK, -EACCES (refused, and why), ... */
+int ks_qmp_sock_open(const char *path, pid_t pid, struct stat *st,
+		     char *err, size_t errsz);
+/* ks_qmp_connect() through an fd of ks_qmp_sock_open() (kept by the
+ * caller), @label naming the socket in messages. */
+int ks_qmp_connect_fd(struct ks_qmp **out, int pathfd, const struct stat *st,
+		      const char *label, pid_t pid, int cancel_fd,
+		      unsigned int flags, uint64_t deadline_ns, char *err,
+		      size_t errsz);
+/* Refuse (-EMSGSIZE) messages bigger than @bytes (at most 64 MiB, the
+ * default): what an answer may take is the caller's to know. */
+void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes);
+/* QEMU's version from the greeting ("10.0.2"); "" when it gave none. */
+const char *ks_qmp_version(const struct ks_qmp *q);
+
+/* What sock_diag says of the unix socket of inode @ino. */
+struct ks_unix_diag {
+	unsigned int state;	/* TCP_* numbers: 10 listening, 1 connected */
+	bool has_peer;
+	uint32_t peer;		/* the peer's inode; 0 while still queued */
+	bool has_vfs;
+	uint32_t vfs_ino;	/* the file it is bound to */
+	uint32_t vfs_dev;	/* as the kernel encodes a dev_t */
+};
+/* 0, or -errno (-EPROTO: no such socket, or no unix sock_diag). */
+int ks_unix_diag(uint32_t ino, struct ks_unix_diag *out);
+
 /* One command of a batch. */
 struct ks_qmp_cmd {
 	const char *cmd;

@@ -127,7 +127,12 @@ int kvmstats_vmm__attach_hold_ns(const struct kvmstats_vmm *v,
 {
 	const struct attach_priv *p = v->priv;
 
-	if (v->priv_free != priv_free || !p) {
+	/* Attach opened the VMM, or only its VM stats. */
+	if (v->vm_priv_free == priv_free)
+		p = v->vm_priv;
+	else if (v->priv_free != priv_free)
+		p = NULL;
+	if (!p) {
 		errno = ENOENT;
 		return -ENOENT;
 	}
@@ -568,13 +573,6 @@ static bool failed_before(const struct attach_priv *p, int fd)
 	return false;
 }
 
-static struct kvmstats_vm *vm_of_fd(const struct kvmstats_vmm *v, int fd)
-{
-	for (size_t i = 0; i < v->nvms; i++)
-		if (v->vms[i]->remote_fd == fd)
-			return v->vms[i];
-	return NULL;
-}
 
 static bool have_vcpu(const struct kvmstats_vmm *v, int fd)
 {
@@ -600,13 +598,14 @@ static int make_jobs(struct pass *ps)
 	}
 	for (int i = 0; i < n; i++) {
 		const struct kvmstats_proc_fd *f = &fds[i];
-		struct kvmstats_vm *vm = vm_of_fd(ps->v, f->fd);
+		struct kvmstats_vm *vm = ks_vmm_vm_of_fd(ps->v, f->fd);
 
 		if (failed_before(ps->p, f->fd))
 			continue;
 		if (f->kind == KVMSTATS_FD_VM && vm && vm->r)
 			continue;
-		if (f->kind == KVMSTATS_FD_VCPU && have_vcpu(ps->v, f->fd))
+		if (f->kind == KVMSTATS_FD_VCPU &&
+		    (ps->a->vm_only || have_vcpu(ps->v, f->fd)))
 			continue;
 		if (f->kind != KVMSTATS_FD_VM && f->kind != KVMSTATS_FD_VCPU)
 			continue;
@@ -655,7 +654,7 @@ static struct kvmstats_reader *open_reader(struct pass *ps, struct job *j)
 
 static int add_vm_result(struct pass *ps, struct job *j)
 {
-	struct kvmstats_vm *vm = vm_of_fd(ps->v, j->fd);
+	struct kvmstats_vm *vm = ks_vmm_vm_of_fd(ps->v, j->fd);
 	struct kvmstats_reader *r = j->stats_fd >= 0 ? open_reader(ps, j) : NULL;
 
 	if (vm) {
@@ -668,7 +667,7 @@ static int add_vm_result(struct pass *ps, struct job *j)
 		kvmstats_reader__close(r);
 		return -ENOMEM;
 	}
-	vm->remote_fd = j->fd;
+	vm->vm_fd = j->fd;
 	return r ? 1 : 0;
 }
 
@@ -741,7 +740,8 @@ static int add_results(struct pass *ps)
 
 static int attach_pass(const struct ks_source_args *a, struct kvmstats_vmm *v)
 {
-	struct pass ps = { .a = a, .v = v, .p = v->priv };
+	struct pass ps = { .a = a, .v = v,
+			   .p = a->vm_only ? v->vm_priv : v->priv };
 	sigset_t all, old;
 	int err, added;
 
@@ -792,17 +792,26 @@ static bool attach_probe(const struct ks_source_args *a, pid_t pid)
 				NULL, 0);
 }
 
+/* Opens the VMM, or (a->vm_only) only the VM stats of the VMs it holds
+ * that have no reader yet: then no vCPU is touched, and the VM's ioctl
+ * runs in a helper thread (the main thread, sitting in ppoll, if it can). */
 static int attach_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 {
+	struct attach_priv *p;
 	int err;
 
-	v->priv = calloc(1, sizeof(struct attach_priv));
-	if (!v->priv)
+#if !defined(__x86_64__)	/* the injection (inject.c) is x86_64's */
+	ks_err(a->errbuf, a->errbuf_sz, "attach: attach is only available on x86_64");
+	return -EOPNOTSUPP;
+#endif
+	p = calloc(1, sizeof(*p));
+	if (!p)
 		return -ENOMEM;
-	v->priv_free = priv_free;
+	ks_vmm_set_priv(v, a->vm_only, p, priv_free);
 	err = attach_pass(a, v);
 	if (err == 0) {
-		ks_err(a->errbuf, a->errbuf_sz, "attach: holds no KVM VM or vCPU fd");
+		ks_err(a->errbuf, a->errbuf_sz, "attach: holds no KVM %s fd",
+		       a->vm_only ? "VM without a reader" : "VM or vCPU");
 		err = -ENOENT;
 	}
 	return err < 0 ? err : 0;
@@ -821,4 +830,5 @@ const struct ks_source ks_source_attach = {
 	.open = attach_open,
 	.refresh = attach_refresh,
 	.reads_as = "fd",
+	.vm_level = true,
 };

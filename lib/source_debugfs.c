@@ -564,7 +564,7 @@ static bool debugfs_probe(const struct ks_source_args *a, pid_t pid)
 
 /* Add the VM whose directory is @dirfd (created by thread @tid). */
 static int add_vm(const struct ks_source_args *a, struct kvmstats_vmm *v,
-		  int dirfd, pid_t tid, int remote_fd)
+		  int dirfd, pid_t tid, int vm_fd)
 {
 	struct kvmstats_schema *kvm = NULL, *vcpu = NULL, *sum = NULL, *vms;
 	struct kvmstats_reader *r = NULL, *rs = NULL;
@@ -588,17 +588,22 @@ static int add_vm(const struct ks_source_args *a, struct kvmstats_vmm *v,
 	r = open_reader(vms, dirfd, id);
 	if (!r)
 		goto out;
-	if (sum) {
+	/* The VM stats only: another source reads the vCPUs. */
+	if (sum && !a->vm_only) {
 		snprintf(id, sizeof(id), "kvm-%d/vcpu-sum", (int)tid);
 		rs = open_reader(sum, dirfd, id);
 		if (!rs)
 			goto out;
 	}
-	vm = kvmstats_vmm__add_vm(v, r);
+	vm = ks_vmm_vm_of_fd(v, vm_fd);
+	if (vm)
+		vm->r = r;
+	else
+		vm = kvmstats_vmm__add_vm(v, r);
 	if (!vm)
 		goto out;
 	r = NULL;
-	vm->remote_fd = remote_fd;
+	vm->vm_fd = vm_fd;
 	if (rs && ks_vm_add_vcpu(vm, -1, -1, rs))
 		goto out;
 	rs = NULL;
@@ -614,12 +619,12 @@ out:
 	return err;
 }
 
-static bool have_vm(const struct kvmstats_vmm *v, int remote_fd)
+/* Is the VM of KVM VM fd @vm_fd read already? */
+static bool have_vm(const struct kvmstats_vmm *v, int vm_fd)
 {
-	for (size_t i = 0; i < v->nvms; i++)
-		if (v->vms[i]->remote_fd == remote_fd)
-			return true;
-	return false;
+	const struct kvmstats_vm *vm = ks_vmm_vm_of_fd(v, vm_fd);
+
+	return vm && vm->r;
 }
 
 /* Add the VMs of @v that have a directory and no reader yet; returns how
@@ -685,4 +690,5 @@ const struct ks_source ks_source_debugfs = {
 	.probe = debugfs_probe,
 	.open = debugfs_open,
 	.refresh = debugfs_refresh,
+	.vm_level = true,
 };

@@ -844,11 +844,11 @@ static int libvirt_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 		return err;
 	}
 	lv->st = st;
-	v->priv = lv;
-	v->priv_free = lv_vmm_free;
+	/* With a->vm_only, the VM stats of a VMM another source reads. */
+	ks_vmm_set_priv(v, a->vm_only, lv, lv_vmm_free);
 	err = lv_start(a, st);
 	if (err)
-		return err;	/* the host frees v->priv */
+		return err;	/* the host frees lv */
 	pthread_mutex_lock(&st->lock);
 	err = st->recs ? build_schemas(a->ctx, st->recs[0], &vms,
 				       &lv->vcpu_schema) : -ENODATA;
@@ -862,11 +862,17 @@ static int libvirt_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 	}
 	r = lv_reader_open(st, vms, -1);
 	kvmstats_schema__put(vms);
+	if (r && a->vm_only && v->nvms) {
+		v->vms[0]->r = r;	/* QEMU's one VM */
+		return 0;
+	}
 	vm = r ? kvmstats_vmm__add_vm(v, r) : NULL;
 	if (!vm) {
 		kvmstats_reader__close(r);
 		return -ENOMEM;
 	}
+	if (a->vm_only)
+		return 0;
 	err = add_vcpus(v, vm);
 	return err < 0 ? err : 0;
 }
@@ -885,6 +891,8 @@ const struct ks_source ks_source_libvirt = {
 	.probe = libvirt_probe,
 	.open = libvirt_open,
 	.refresh = libvirt_refresh,
+	.vm_level = true,
+	.one_vm = true,
 };
 
 #else /* !HAVE_LIBVIRT */

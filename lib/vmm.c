@@ -53,8 +53,10 @@ struct kvmstats_vm *kvmstats_vmm__add_vm(struct kvmstats_vmm *v,
 	vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return NULL;
+	vm->vmm = v;
 	vm->r = r;
 	vm->remote_fd = -1;
+	vm->vm_fd = -1;
 	v->vms[v->nvms++] = vm;
 	return vm;
 }
@@ -62,12 +64,19 @@ struct kvmstats_vm *kvmstats_vmm__add_vm(struct kvmstats_vmm *v,
 int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 		   struct kvmstats_reader *r)
 {
-	void *p = realloc(vm->vcpus, (vm->nvcpus + 1) * sizeof(*vm->vcpus));
+	/* Grown geometrically: a VM of thousands of vCPUs is built in
+	 * linear time. */
+	if (vm->nvcpus == vm->cap) {
+		size_t cap = vm->cap ? vm->cap * 2 : 4;
+		void *p = realloc(vm->vcpus, cap * sizeof(*vm->vcpus));
 
-	if (!p)
-		return -ENOMEM;
-	vm->vcpus = p;
-	vm->vcpus[vm->nvcpus++] = (struct ks_vcpu_slot){ index, remote_fd, r };
+		if (!p)
+			return -ENOMEM;
+		vm->vcpus = p;
+		vm->cap = cap;
+	}
+	vm->vcpus[vm->nvcpus++] = (struct ks_vcpu_slot){
+		.index = index, .remote_fd = remote_fd, .r = r };
 	return 0;
 }
 
@@ -92,6 +101,18 @@ static bool taken(const struct kvmstats_vmm *v, int fd)
 	return false;
 }
 
+void ks_vmm_set_priv(struct kvmstats_vmm *v, bool vm_only, void *priv,
+		     void (*priv_free)(void *priv))
+{
+	if (vm_only) {
+		v->vm_priv = priv;
+		v->vm_priv_free = priv_free;
+	} else {
+		v->priv = priv;
+		v->priv_free = priv_free;
+	}
+}
+
 void ks_vm_free(struct kvmstats_vm *vm)
 {
 	kvmstats_reader__close(vm->r);
@@ -112,6 +133,8 @@ void kvmstats_vmm__close(struct kvmstats_vmm *v)
 		close(v->pidfd);
 	if (v->priv_free)
 		v->priv_free(v->priv);
+	if (v->vm_priv_free)
+		v->vm_priv_free(v->vm_priv);
 	free(v);
 }
 
@@ -147,16 +170,59 @@ struct kvmstats_vm *ks_vmm_owner_vm(struct kvmstats_vmm *v, int fd)
 	struct kvmstats_vm *best = NULL;
 
 	for (size_t i = 0; i < v->nvms; i++)
-		if (v->vms[i]->remote_fd < fd &&
-		    (!best || v->vms[i]->remote_fd > best->remote_fd))
+		if (v->vms[i]->vm_fd >= 0 && v->vms[i]->vm_fd < fd &&
+		    (!best || v->vms[i]->vm_fd > best->vm_fd))
 			best = v->vms[i];
 	if (!best && v->nvms)
 		best = v->vms[0];
 	return best;
 }
 
+struct kvmstats_vm *ks_vmm_vm_of_fd(const struct kvmstats_vmm *v, int vm_fd)
+{
+	for (size_t i = 0; i < v->nvms; i++)
+		if (vm_fd >= 0 && v->vms[i]->vm_fd == vm_fd)
+			return v->vms[i];
+	return NULL;
+}
+
+/* The KVM VM fd a stats fd @fd belongs to: the last one before it in fd
+ * order (a VMM creates the VM, then asks for its stats), else the first;
+ * -1 when the VMM holds none. */
+static int vm_fd_of(const struct kvmstats_proc_fd *fds, int n, int fd)
+{
+	int best = -1, first = -1;
+
+	for (int i = 0; i < n; i++) {
+		if (fds[i].kind != KVMSTATS_FD_VM)
+			continue;
+		if (first < 0)
+			first = fds[i].fd;
+		if (fds[i].fd < fd)
+			best = fds[i].fd;
+	}
+	return best >= 0 ? best : first;
+}
+
+/* The VM of KVM VM fd @vm_fd, added (without a reader) when new. */
+static struct kvmstats_vm *vm_slot(struct kvmstats_vmm *v, int vm_fd)
+{
+	struct kvmstats_vm *vm = ks_vmm_vm_of_fd(v, vm_fd);
+
+	if (vm)
+		return vm;
+	/* No VM fd known: the VMM's one VM. */
+	if (vm_fd < 0 && v->nvms)
+		return v->vms[0];
+	vm = kvmstats_vmm__add_vm(v, NULL);
+	if (vm)
+		vm->vm_fd = vm_fd;
+	return vm;
+}
+
 /* Take the stats fds of @fds not taken yet: at open, every one; on a
- * refresh, those of hot-added vCPUs (and VMs). Returns how many. */
+ * refresh, those of hot-added vCPUs (and VMs). Each goes to the VM of
+ * the KVM VM fd before it. Returns how many. */
 static int take_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v,
 		    const struct kvmstats_proc_fd *fds, int n)
 {
@@ -164,40 +230,36 @@ static int take_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v,
 	struct kvmstats_vm *vm;
 	int added = 0;
 
-	for (int i = 0; i < n; i++) {
-		const struct kvmstats_proc_fd *f = &fds[i];
+	for (int kind = 0; kind < 2; kind++) {
+		for (int i = 0; i < n; i++) {
+			const struct kvmstats_proc_fd *f = &fds[i];
+			bool is_vm = f->kind == KVMSTATS_FD_VM_STATS;
 
-		if (f->kind != KVMSTATS_FD_VM_STATS || taken(v, f->fd))
-			continue;
-		r = grab(ctx, v, f->fd);
-		if (!r)
-			continue;
-		vm = kvmstats_vmm__add_vm(v, r);
-		if (!vm)
-			goto nomem;
-		vm->remote_fd = f->fd;
-		added++;
-	}
-	for (int i = 0; i < n; i++) {
-		const struct kvmstats_proc_fd *f = &fds[i];
-
-		if (f->kind != KVMSTATS_FD_VCPU_STATS || taken(v, f->fd))
-			continue;
-		r = grab(ctx, v, f->fd);
-		if (!r)
-			continue;
-		vm = ks_vmm_owner_vm(v, f->fd);
-		/* vCPU fds and no VM fd: a VM we cannot read itself. */
-		if (!vm)
-			vm = kvmstats_vmm__add_vm(v, NULL);
-		if (!vm || ks_vm_add_vcpu(vm, f->index, f->fd, r))
-			goto nomem;
-		added++;
+			if ((!is_vm && f->kind != KVMSTATS_FD_VCPU_STATS) ||
+			    is_vm != (kind == 0) || taken(v, f->fd))
+				continue;
+			vm = vm_slot(v, vm_fd_of(fds, n, f->fd));
+			if (!vm)
+				return -ENOMEM;
+			/* A second VM stats fd of one VM: keep the first. */
+			if (is_vm && vm->r)
+				continue;
+			r = grab(ctx, v, f->fd);
+			if (!r)
+				continue;
+			if (is_vm) {
+				vm->r = r;
+				vm->remote_fd = f->fd;
+			} else if (ks_vm_add_vcpu(vm, f->index, f->fd, r)) {
+				kvmstats_reader__close(r);
+				return -ENOMEM;
+			} else {
+				vm->vcpus[vm->nvcpus - 1].held = true;
+			}
+			added++;
+		}
 	}
 	return added;
-nomem:
-	kvmstats_reader__close(r);
-	return -ENOMEM;
 }
 
 /* Is our copy @fd still the VMM's fd @remote, the same open file? kcmp
@@ -208,6 +270,22 @@ static bool still_held(const struct kvmstats_vmm *v, int fd, int remote)
 	long r = syscall(SYS_kcmp, getpid(), v->pid, KCMP_FILE, fd, remote);
 
 	return r == 0 || (r < 0 && errno != EBADF);
+}
+
+/* Does the VMM still hold a KVM VM fd as @fd? */
+static bool vm_fd_open(const struct kvmstats_vmm *v, int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)v->pid, fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return false;
+	link[n] = 0;
+	return kvmstats_fd_kind(link, NULL) == KVMSTATS_FD_VM;
 }
 
 /* Drop our copies of stats fds the VMM closed: a VM it destroyed must not
@@ -224,7 +302,7 @@ static void drop_closed(struct kvmstats_vmm *v)
 		for (size_t j = 0; j < vm->nvcpus; j++) {
 			struct ks_vcpu_slot *c = &vm->vcpus[j];
 
-			if (c->remote_fd < 0 ||
+			if (!c->held ||
 			    still_held(v, kvmstats_reader__fd(c->r), c->remote_fd))
 				vm->vcpus[k++] = *c;
 			else
@@ -237,7 +315,9 @@ static void drop_closed(struct kvmstats_vmm *v)
 			vm->r = NULL;
 			vm->remote_fd = -1;
 		}
-		if (vm->r || vm->nvcpus)
+		/* A VM whose KVM VM fd is still there stays, even without a
+		 * reader: its VM stats may come from another source. */
+		if (vm->r || vm->nvcpus || vm_fd_open(v, vm->vm_fd))
 			v->vms[keep++] = vm;
 		else
 			ks_vm_free(vm);
@@ -362,6 +442,27 @@ uint64_t kvmstats_vmm__memory_bytes(const struct kvmstats_vmm *v)
 struct kvmstats_reader *kvmstats_vm__reader(const struct kvmstats_vm *vm)
 {
 	return vm->r;
+}
+
+const char *kvmstats_vm__source(const struct kvmstats_vm *vm,
+				enum kvmstats_level level)
+{
+	bool has = level == KVMSTATS_LEVEL_VM ? vm->r != NULL : vm->nvcpus > 0;
+
+	if ((unsigned int)level >= KS_LEVELS || !has)
+		return NULL;
+	if (vm->level_src[level])
+		return vm->level_src[level];
+	/* A VM built by the caller (kvmstats_vmm__add_vm()). */
+	return vm->vmm ? vm->vmm->source : NULL;
+}
+
+const char *kvmstats_vm__why_none(const struct kvmstats_vm *vm,
+				  enum kvmstats_level level)
+{
+	if ((unsigned int)level >= KS_LEVELS || kvmstats_vm__source(vm, level))
+		return "";
+	return vm->why_none[level];
 }
 
 size_t kvmstats_vm__num_vcpus(const struct kvmstats_vm *vm)

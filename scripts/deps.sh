@@ -2,6 +2,7 @@
 # Install the Debian packages a build or a test run needs, when missing.
 # Usage: scripts/deps.sh build|test
 # As root it runs apt-get; otherwise it prints the exact command to run.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -eu
 
 build="gcc make pkg-config libjson-c-dev libncurses-dev libmicrohttpd-dev
@@ -9,7 +10,8 @@ libcap-ng-dev zlib1g-dev libyaml-dev libcrypt-dev"
 test="$build libvirt-dev libcmocka-dev clang libclang-rt-14-dev llvm
 qemu-system-x86 jq tmux prometheus wrk binutils socat procps psmisc
 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
-curl openssl xz-utils"
+curl openssl xz-utils python3 python3-yaml
+debhelper dpkg-dev lintian gcc-aarch64-linux-gnu qemu-user"
 
 case "${1:-build}" in
 build) want=$build ;;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Generate the linker version script from the KVMSTATS_API declarations of
 # the public headers: what is declared there is exported, nothing else.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -eu
 echo "LIBKVMSTATS_0.1 {"
 echo "	global:"

@@ -1,6 +1,7 @@
 # Shared helpers for the integration tests (sourced). Each test prints TAP
 # lines: "ok - NAME", "not ok - NAME: why", "ok - NAME # SKIP why";
 # tests/run.sh counts them.
+# SPDX-License-Identifier: GPL-2.0-or-later
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,7 +74,7 @@ launch_qemu() {
 	shift 2
 	QMP_SOCK=$TMP/$name.qmp
 	SERIAL=$TMP/$name.serial
-	qemu-system-x86_64 -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
+	"$QEMU" -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
 		-display none -nodefaults -no-user-config -name "guest=$name" \
 		-serial "file:$SERIAL" -qmp "unix:$QMP_SOCK,server=on,wait=off" \
 		-kernel "$MBGUEST" -append "$append" "$@" 2>>"$TMP/$name.log" &
@@ -110,6 +111,183 @@ qmp() {
 		for c in "$@"; do echo "$c"; done
 		sleep 0.5
 	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
+}
+
+# without_kvm CMD...: run CMD (as root) in a private mount namespace whose
+# /dev is a fresh tmpfs with the usual nodes, its own ptys, and no kvm:
+# a host without KVM, for the offline paths.
+without_kvm() {
+	unshare -m --propagation private sh -c '
+		mount -t tmpfs -o mode=755 none /dev || exit 125
+		while read -r n maj min; do
+			mknod -m 666 "/dev/$n" c "$maj" "$min" || exit 125
+		done <<-NODES
+			null 1 3
+			zero 1 5
+			full 1 7
+			random 1 8
+			urandom 1 9
+			tty 5 0
+		NODES
+		mkdir /dev/pts /dev/shm
+		mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts || exit 125
+		ln -s pts/ptmx /dev/ptmx
+		mount -t tmpfs none /dev/shm
+		ln -s /proc/self/fd /dev/fd
+		for i in 0 1 2; do ln -s /proc/self/fd/$i /dev/$(echo stdin stdout stderr | cut -d" " -f$((i + 1))); done
+		[ ! -e /dev/kvm ] || exit 125
+		exec "$@"' without_kvm "$@"
+}
+
+# free_port: a loopback TCP port nobody listens on (bounded tries).
+free_port() {
+	local p i
+	for i in $(seq 50); do
+		p=$((20000 + RANDOM % 20000))
+		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
+	done
+	return 1
+}
+
+# ---- the QEMU under test -------------------------------------------------
+# Every QEMU a test starts is $QEMU: KVMSTATS_QEMU=PATH selects another
+# one (tests/qemu/fetch.sh VERSION prints the path of a QEMU of that
+# version: the run is then repeated per version), else the system's.
+QEMU=${KVMSTATS_QEMU:-qemu-system-x86_64}
+
+# have_qemu: is $QEMU there to run?
+have_qemu() { command -v "$QEMU" >/dev/null 2>&1; }
+
+# qemu_version: $QEMU's version, e.g. "10.0.2".
+qemu_version() {
+	"$QEMU" --version 2>/dev/null | sed -n '1s/^QEMU emulator version \([0-9.]*\).*/\1/p'
+}
+
+# qemu_at_least MAJOR.MINOR: is $QEMU that release or newer?
+qemu_at_least() {
+	local v=$(qemu_version) want=$1
+	[ -n "$v" ] && [ "$(printf '%s\n%s\n' "$want" "$v" | sort -V | head -1)" = "$want" ]
+}
+
+# qemu_holds_stats: does $QEMU hold its vCPUs' stats fds (8.1+)?
+qemu_holds_stats() { qemu_at_least 8.1; }
+
+# qemu_path: the absolute path of $QEMU (what libvirt's <emulator> wants).
+qemu_path() { command -v "$QEMU"; }
+
+# ---- a private libvirtd --------------------------------------------------
+# libvirt_start: libvirtd and virtlogd in a private mount namespace of
+# their own: /etc/libvirt, /etc/passwd and /etc/group (with the
+# libvirt-qemu user libvirt wants) are the test's files bound over the
+# host's, and /run, /var/lib, /var/log and /var/cache are empty tmpfs, so
+# the host's files and any libvirtd of the host are untouched. virsh and
+# kvmstats join that namespace with nsenter ("${LV_NS[@]}"); the pid
+# namespace is the host's. Sets LV (its files), LVD (libvirtd's pid),
+# LV_HOLDER, LV_NS and VIRSH; returns 1, with the daemon's last words,
+# when it did not start. LV_QEMU_CONF: more qemu.conf lines.
+libvirt_start() {
+	local i
+	LV=$TMP/lv
+	mkdir -p "$LV/etc"
+	cat >"$LV/etc/qemu.conf" <<-CONF
+		user = "root"
+		group = "root"
+		security_driver = "none"
+		dynamic_ownership = 0
+		${LV_QEMU_CONF:-}
+	CONF
+	echo 'log_outputs = "3:stderr"' >"$LV/etc/libvirtd.conf"
+	echo 'log_outputs = "3:stderr"' >"$LV/etc/virtlogd.conf"
+	cp /etc/passwd "$LV/passwd"
+	cp /etc/group "$LV/group"
+	getent passwd libvirt-qemu >/dev/null ||
+		echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >>"$LV/passwd"
+	getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>"$LV/group"
+	# $QEMU's directory stays visible if a tmpfs below would hide it
+	# (tests/qemu/fetch.sh unpacks under /var/cache).
+	local qdir keep=""
+	qdir=$(dirname "$(qemu_path)")
+	case $qdir in /run/* | /var/lib/* | /var/log/* | /var/cache/*)
+		mkdir -p "$LV/qemu"
+		keep="mount --bind '$qdir' '$LV/qemu'"
+		;;
+	esac
+	# The namespace's first process mounts, starts both daemons and
+	# reaps them (bash's wait) when they are stopped.
+	cat >"$LV/ns.sh" <<-NS
+		set -e
+		${keep:+$keep}
+		for d in /run /var/lib /var/log /var/cache; do mount -t tmpfs tmpfs \$d; done
+		${keep:+mkdir -p '$qdir' && mount --bind '$LV/qemu' '$qdir'}
+		mount --bind "$LV/etc" /etc/libvirt
+		mount --bind "$LV/passwd" /etc/passwd
+		mount --bind "$LV/group" /etc/group
+		virtlogd -t 180 2>"$LV/virtlogd.log" &
+		echo \$! >"$LV/virtlogd.pid"
+		for i in \$(seq 50); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
+		libvirtd -t 180 2>"$LV/libvirtd.log" &
+		echo \$! >"$LV/libvirtd.pid"
+		set +e
+		wait
+	NS
+	unshare -m --propagation private bash "$LV/ns.sh" &
+	LV_HOLDER=$!
+	track "$LV_HOLDER"
+	LV_NS=(nsenter -t "$LV_HOLDER" -m --)
+	VIRSH=("${LV_NS[@]}" virsh -q -c qemu:///system)
+	LVD=
+	for i in $(seq 100); do
+		[ -s "$LV/libvirtd.pid" ] && [ -z "$LVD" ] && LVD=$(cat "$LV/libvirtd.pid") &&
+			track "$LVD" && track "$(cat "$LV/virtlogd.pid")"
+		if [ -n "$LVD" ] && timeout 5 "${VIRSH[@]}" list >/dev/null 2>&1; then
+			return 0
+		fi
+		kill -0 "$LV_HOLDER" 2>/dev/null || break
+		sleep 0.1
+	done
+	sed 's/^/# /' "$LV/libvirtd.log" 2>/dev/null | tail -5
+	return 1
+}
+
+# libvirt_domain NAME VCPUS CMDLINE [DEVICES_XML]: a transient kvm domain
+# of $QEMU running our guest with CMDLINE, started, its READY awaited
+# (bounded). With ACPI: without it libvirt 9.0 passes -no-acpi, which
+# QEMU 9+ no longer has. Sets DOM_PID; its serial output goes to $LV/NAME.serial. On
+# any exit the domain is destroyed first (libvirtd leaves QEMU running
+# when it is stopped). Returns 1 ($LV/create.log says why) when it did
+# not start.
+libvirt_domain() {
+	local name=$1 vcpus=$2 cmdline=$3 devices=${4:-} i
+	cat >"$LV/$name.xml" <<-XML
+		<domain type='kvm'>
+		  <name>$name</name>
+		  <memory unit='MiB'>64</memory>
+		  <vcpu>$vcpus</vcpu>
+		  <os>
+		    <type arch='x86_64' machine='pc'>hvm</type>
+		    <kernel>$MBGUEST</kernel>
+		    <cmdline>$cmdline</cmdline>
+		  </os>
+		  <features><acpi/><apic/></features>
+		  <on_poweroff>destroy</on_poweroff>
+		  <devices>
+		    <emulator>$(qemu_path)</emulator>
+		    <serial type='file'><source path='$LV/$name.serial'/></serial>
+		    $devices
+		  </devices>
+		</domain>
+	XML
+	LV_DOMS="${LV_DOMS:-} $name"
+	trap 'for d in $LV_DOMS; do timeout 10 "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1; done; cleanup' EXIT
+	timeout 30 "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
+	DOM_PID=$("${LV_NS[@]}" cat "/run/libvirt/qemu/$name.pid")
+	track "$DOM_PID"
+	for i in $(seq 300); do
+		grep -q READY "$LV/$name.serial" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "# domain $name did not print READY"
+	return 0
 }
 
 # Under emulation (the lab) everything runs 5-20 times slower: time limits

@@ -4,6 +4,7 @@
 # is the kernel's; the VMM keeps running with its fd table as it was and
 # no thread left stopped or traced; a VMM under seccomp is refused unless
 # forced.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm "attach"

@@ -2,6 +2,7 @@
 # kvmstats check: the running kernel's interface passes; every malformed
 # image is rejected with the broken rule named, by check and by dump, and
 # nothing ever dies by a signal (also under ASan+UBSan when built).
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm
 source "$(dirname "$0")/../lib.sh"
 

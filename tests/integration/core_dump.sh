@@ -2,6 +2,7 @@
 # kvmstats dump on a VMM that holds its stats fds (our tiny VMM): every
 # stat of every VM and vCPU equals what the kernel returned through those
 # fds (the VMM saves its own plain pread of each fd for comparison).
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm
 source "$(dirname "$0")/../lib.sh"
 require_kvm "core dump"
@@ -62,7 +63,7 @@ check "saved images pass check" "$KVMSTATS" check --file "$TMP/saved/$P-vm0.bin"
 "$KVMSTATS" dump --pid "$P" >"$TMP/table" 2>&1
 check "table shows units and histograms" grep -q 'halt_wait_hist.*p50=' "$TMP/table"
 "$KVMSTATS" dump --pid "$P" --csv >"$TMP/csv"
-check "csv header" test "$(head -1 "$TMP/csv")" = "pid,name,id,vcpu,stat,index,value"
+check "csv header" test "$(head -1 "$TMP/csv")" = "pid,name,path,id,vcpu,stat,index,value"$'\r'
 check "csv has one row per value" test "$(wc -l <"$TMP/csv")" -eq \
 	$((1 + 2 * 15 + 6 * (42 + 3 * 32)))
 

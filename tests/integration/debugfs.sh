@@ -3,6 +3,7 @@
 # values, refused ones (lockdown) unavailable and never 0, the vCPU sum
 # marked as such, a clear error when debugfs is not mounted, and the
 # untyped fallback when /dev/kvm cannot be used.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm stock
 source "$(dirname "$0")/../lib.sh"
 require_kvm debugfs
@@ -173,6 +174,9 @@ if [ $locked = 1 ]; then
 else
 	check "the table shows readable counters as numbers" grep -Eq '^  exits +[0-9]' "$TMP/a.txt"
 fi
+# A histogram debugfs cannot know is unavailable, never "n=0".
+check "the table shows a histogram as n/a, never a made-up n=0" \
+	bash -c "grep -Eq '^  halt_wait_hist +vcpu-sum +n/a' '$TMP/a.txt' && ! grep -q 'n=0' '$TMP/a.txt'"
 
 "$KVMSTATS" dump --pid "$A" --json >"$TMP/auto.json" 2>/dev/null
 check "auto picks debugfs for a VMM without stats fds or QMP" \

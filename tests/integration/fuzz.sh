@@ -1,6 +1,7 @@
 #!/bin/bash
 # A bounded libFuzzer run of the image parser (ASan+UBSan), seeded with the
 # kernel's own layouts. FUZZ_SECONDS overrides the default 60 s.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=none nosan
 source "$(dirname "$0")/../lib.sh"
 

@@ -1,17 +1,14 @@
 #!/bin/bash
 # The libvirt source against a real libvirtd running a real QEMU domain.
-#
-# The daemons run in a private mount namespace of their own: /etc/libvirt,
-# /etc/passwd and /etc/group (with the libvirt-qemu user libvirt wants)
-# are the test's files bound over the host's, and /run, /var/lib,
-# /var/log and /var/cache are empty tmpfs, so the host's files and any
-# libvirtd of the host are untouched. virsh and kvmstats join that
-# namespace with nsenter; the pid namespace is the host's.
+# The daemons run in a private mount namespace of their own (tests/lib.sh
+# libvirt_start): the host's files and any libvirtd of the host are
+# untouched.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm libvirt
 
-for c in libvirtd virtlogd virsh unshare nsenter jq qemu-system-x86_64; do
+for c in libvirtd virtlogd virsh unshare nsenter jq "$QEMU"; do
 	if ! command -v "$c" >/dev/null; then
 		skip libvirt "$c is not installed (scripts/deps.sh test)"
 		exit 0
@@ -26,95 +23,19 @@ if [ ! -f "$MBGUEST" ]; then
 	exit 0
 fi
 
-LV=$TMP/lv
 DOM=kvmstats-lv-$$
-mkdir -p "$LV/etc"
-cat >"$LV/etc/qemu.conf" <<'EOF'
-user = "root"
-group = "root"
-security_driver = "none"
-dynamic_ownership = 0
-EOF
-echo 'log_outputs = "3:stderr"' >"$LV/etc/libvirtd.conf"
-echo 'log_outputs = "3:stderr"' >"$LV/etc/virtlogd.conf"
-cp /etc/passwd "$LV/passwd"
-cp /etc/group "$LV/group"
-getent passwd libvirt-qemu >/dev/null ||
-	echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >>"$LV/passwd"
-getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>"$LV/group"
-
-# The namespace's first process mounts, starts both daemons and reaps
-# them (bash's wait) when they are stopped.
-cat >"$LV/ns.sh" <<EOF
-set -e
-for d in /run /var/lib /var/log /var/cache; do mount -t tmpfs tmpfs \$d; done
-mount --bind "$LV/etc" /etc/libvirt
-mount --bind "$LV/passwd" /etc/passwd
-mount --bind "$LV/group" /etc/group
-virtlogd -t 180 2>"$LV/virtlogd.log" &
-echo \$! >"$LV/virtlogd.pid"
-for i in \$(seq 50); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
-libvirtd -t 180 2>"$LV/libvirtd.log" &
-echo \$! >"$LV/libvirtd.pid"
-set +e
-wait
-EOF
-unshare -m --propagation private bash "$LV/ns.sh" &
-HOLDER=$!
-track "$HOLDER"
-NS=(nsenter -t "$HOLDER" -m --)
-VIRSH=("${NS[@]}" virsh -q -c qemu:///system)
-
-started=0
-for i in $(seq 100); do
-	[ -s "$LV/libvirtd.pid" ] && [ -z "${LVD:-}" ] && LVD=$(cat "$LV/libvirtd.pid") &&
-		track "$LVD" && track "$(cat "$LV/virtlogd.pid")"
-	if [ -n "${LVD:-}" ] && timeout 5 "${VIRSH[@]}" list >/dev/null 2>&1; then
-		started=1
-		break
-	fi
-	kill -0 "$HOLDER" 2>/dev/null || break
-	sleep 0.1
-done
-if [ "$started" != 1 ]; then
-	sed 's/^/# /' "$LV/libvirtd.log" 2>/dev/null | tail -5
+if ! libvirt_start; then
 	skip libvirt "libvirtd did not start here"
 	exit 0
 fi
 pass "libvirtd started in a private namespace"
 
-cat >"$LV/dom.xml" <<EOF
-<domain type='kvm'>
-  <name>$DOM</name>
-  <memory unit='MiB'>64</memory>
-  <vcpu>2</vcpu>
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>$MBGUEST</kernel>
-    <cmdline>nonzero=4M exits=500</cmdline>
-  </os>
-  <on_poweroff>destroy</on_poweroff>
-  <devices>
-    <emulator>$(command -v qemu-system-x86_64)</emulator>
-    <serial type='file'><source path='$LV/serial.log'/></serial>
-  </devices>
-</domain>
-EOF
-destroy() { timeout 10 "${VIRSH[@]}" destroy "$DOM" >/dev/null 2>&1; }
-# On any exit: the domain first (libvirtd leaves QEMU running when it is
-# stopped), then every process tracked.
-trap 'destroy; cleanup' EXIT
-if ! timeout 30 "${VIRSH[@]}" create "$LV/dom.xml" >"$LV/create.log" 2>&1; then
+if ! libvirt_domain "$DOM" 2 'nonzero=4M exits=500'; then
 	fail "define and start a transient kvm domain" "$(tail -1 "$LV/create.log")"
 	exit 0
 fi
-QEMU_PID=$("${NS[@]}" cat "/run/libvirt/qemu/$DOM.pid")
-track "$QEMU_PID"
-for i in $(seq 100); do
-	grep -q READY "$LV/serial.log" 2>/dev/null && break
-	sleep 0.1
-done
-check "domain $DOM runs mbguest (READY on its serial port)" grep -q READY "$LV/serial.log"
+QEMU_PID=$DOM_PID
+check "domain $DOM runs mbguest (READY on its serial port)" grep -q READY "$LV/$DOM.serial"
 
 # virsh domstats as a JSON object {"vm":{name:value},"vcpu":{"N":{...}}}
 # of the KVM stats (fields with a .sum/.cur/.max suffix).
@@ -132,7 +53,7 @@ domstats() {
 sleep 0.5	# let the halted guest's last exits settle
 domstats >"$LV/before.json"
 t0=$(date +%s%N)
-"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt --json >"$LV/dump.json" 2>"$LV/dump.err"
+"${LV_NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt --json >"$LV/dump.json" 2>"$LV/dump.err"
 rc=$?
 t1=$(date +%s%N)
 domstats >"$LV/after.json"
@@ -176,29 +97,35 @@ check "the same VM and vCPU stat names as virsh domstats" \
 	jq -e '.libvirt_vm == .ours_vm and .libvirt_vcpu == .ours_vcpu' "$LV/cmp.json"
 check "some compared values are not zero (the guest's port exits)" \
 	jq -e '[.stable[] | select(.name == "exits" and .got >= 500)] | length >= 1' "$LV/cmp.json"
-"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt >"$LV/table.txt" 2>&1
+"${LV_NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt >"$LV/table.txt" 2>&1
 grep -E '^  (halt_wait_ns|exits|blocking) ' "$LV/table.txt" | sed 's/^/# /'
 check "units come from the kernel: halt_wait_ns is shown in seconds" \
 	grep -Eq '^  halt_wait_ns +[0-9.]+ [mun]?s( |$)' "$LV/table.txt"
 
 # auto: QMP is libvirt's, so libvirt serves it; list knows its memory.
-"${NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --json >"$LV/auto.json" 2>/dev/null
-check "auto picks libvirt for a libvirt domain" jq -e '.vms[0].source == "libvirt"' "$LV/auto.json"
-"${NS[@]}" "$KVMSTATS" list --json >"$LV/list.json" 2>/dev/null
+"${LV_NS[@]}" "$KVMSTATS" dump --pid "$QEMU_PID" --json >"$LV/auto.json" 2>/dev/null
+# QEMU 8.1+ holds its vCPUs' stats fds: those, and libvirt for the VM stats.
+if qemu_holds_stats; then
+	check "auto reads the domain's vCPUs from QEMU $(qemu_version)'s fds, its VM stats through libvirt" \
+		jq -e '.vms[0] | .source == "fd" and .vm_source == "libvirt" and .vcpu_source == "fd" and (.stats | length) > 0' "$LV/auto.json"
+else
+	check "auto picks libvirt for a libvirt domain" jq -e '.vms[0].source == "libvirt"' "$LV/auto.json"
+fi
+"${LV_NS[@]}" "$KVMSTATS" list --json >"$LV/list.json" 2>/dev/null
 check "list shows the domain's name, memory and the libvirt source" \
 	jq -e --argjson p "$QEMU_PID" --arg n "$DOM" \
 	'.[] | select(.pid == $p) | .name == $n and .memory_bytes == 67108864 and (.sources | index("libvirt"))' "$LV/list.json"
 
 # A process libvirt did not start: a clear refusal.
 start_vmm --vcpus 1
-out=$("${NS[@]}" "$KVMSTATS" dump --pid "$VMM_PID" --source libvirt 2>&1)
+out=$("${LV_NS[@]}" "$KVMSTATS" dump --pid "$VMM_PID" --source libvirt 2>&1)
 rc=$?
 [ "$rc" = 1 ] && echo "$out" | grep -q "not started by libvirt" &&
 	pass "a VMM libvirt did not start is refused with a reason" ||
 	fail "a VMM libvirt did not start is refused with a reason" "rc $rc: $out"
 
 # No daemon behind the URI: a clear error, quickly.
-out=$("${NS[@]}" timeout 20 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt \
+out=$("${LV_NS[@]}" timeout 20 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt \
 	--libvirt-uri "qemu+unix:///system?socket=$TMP/none.sock" 2>&1)
 rc=$?
 echo "$out" | sed 's/^/# /'
@@ -209,7 +136,7 @@ echo "$out" | sed 's/^/# /'
 # A hung daemon (stopped) never hangs kvmstats: the timeout bounds it.
 kill -STOP "$LVD"
 t0=$(date +%s%N)
-out=$("${NS[@]}" timeout 30 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt 2>&1)
+out=$("${LV_NS[@]}" timeout 30 "$KVMSTATS" dump --pid "$QEMU_PID" --source libvirt 2>&1)
 rc=$?
 t1=$(date +%s%N)
 kill -CONT "$LVD"
@@ -224,7 +151,7 @@ fi
 # A daemon that hangs in the middle of a run of sweeps: the sweeps go
 # on at their pace, each stalled read failing after one timeout, and the
 # readings resume when it answers again.
-"${NS[@]}" "$KVMSTATS" record --log --json --interval 0.25 --duration 6 \
+"${LV_NS[@]}" "$KVMSTATS" record --log --json --interval 0.25 --duration 6 \
 	--pid "$QEMU_PID" --source libvirt --fields '^exits$' >"$LV/rec.json" 2>"$LV/rec.err" &
 REC=$!
 track "$REC"
@@ -252,10 +179,10 @@ else
 		"rc $rc, $ms ms: $(cat "$LV/rec.sum" "$LV/rec.err" 2>/dev/null | head -5)"
 fi
 
-destroy
+timeout 10 "${VIRSH[@]}" destroy "$DOM" >/dev/null 2>&1
 for i in $(seq 50); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$QEMU_PID" 2>/dev/null && pass "domain destroyed" || fail "domain destroyed"
 kill -TERM "$LVD" "$(cat "$LV/virtlogd.pid")" 2>/dev/null
-for i in $(seq 100); do kill -0 "$HOLDER" 2>/dev/null || break; sleep 0.1; done
-! kill -0 "$HOLDER" 2>/dev/null && pass "libvirtd and virtlogd stopped" ||
+for i in $(seq 100); do kill -0 "$LV_HOLDER" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$LV_HOLDER" 2>/dev/null && pass "libvirtd and virtlogd stopped" ||
 	fail "libvirtd and virtlogd stopped"

@@ -15,11 +15,12 @@
 #    is unaffected;
 #  - --region overrides, the stats estimator never reports 0 for a VM
 #    that ran, the table output.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu stock
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan
-for tool in qemu-system-x86_64 socat jq; do
+for tool in "$QEMU" socat jq; do
 	if ! command -v "$tool" >/dev/null; then
 		skip plan "$tool is not installed (scripts/deps.sh test)"
 		exit 0

@@ -2,6 +2,7 @@
 # kvmstats record and replay on our tiny VMM: the log holds what the
 # kernel returned, survives kill -9, truncation and a full disk, rotates,
 # reopens on SIGHUP; record --log prints a vmstat-like text log.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm
 source "$(dirname "$0")/../lib.sh"
 require_kvm "record"

@@ -8,6 +8,7 @@
 # are negotiated; basic auth and TLS work from a web config; hostile
 # clients (huge headers, garbage, slowloris, too many connections) neither
 # crash it nor make it grow; it keeps only the capabilities it needs.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve

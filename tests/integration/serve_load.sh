@@ -6,6 +6,7 @@
 # resident memory at the end must be within 10% of what it was after a
 # 5 s warm-up under the same load (every connection and render buffer
 # then exists): buffers are reused, nothing grows per request.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm nosan
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_load

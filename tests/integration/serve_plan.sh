@@ -11,10 +11,11 @@
 # shows why CAP_CHECKPOINT_RESTORE is kept; a slow scan does not slow the
 # scrapes and SIGTERM stops serve promptly in the middle of it; a VM that
 # exits is dropped from the gauges without a word while the other stays.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_plan
-for t in curl promtool jq qemu-system-x86_64; do
+for t in curl promtool jq "$QEMU"; do
 	command -v $t >/dev/null || { skip serve_plan "$t is not installed"; exit 0; }
 done
 [ -e "$MBGUEST" ] || { skip serve_plan "$MBGUEST is not built"; exit 0; }

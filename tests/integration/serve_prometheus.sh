@@ -4,6 +4,7 @@
 # through its HTTP API: the target is up, scraped in OpenMetrics (what
 # Prometheus asks for first), and rate() of the vCPU exit counter is
 # positive for every demo VM; the halt-wait histogram gives a quantile.
+# SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm
 source "$(dirname "$0")/../lib.sh"
 require_kvm serve_prometheus
@@ -11,16 +12,6 @@ for t in curl jq prometheus; do
 	command -v $t >/dev/null || { skip serve_prometheus "$t is not installed"; exit 0; }
 done
 VMS=3
-
-# free_port: a loopback port nobody listens on (bounded tries).
-free_port() {
-	local p i
-	for i in $(seq 50); do
-		p=$((20000 + RANDOM % 20000))
-		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
-	done
-	return 1
-}
 
 # query EXPR: Prometheus' instant query result (the JSON "result" array).
 query() {

@@ -16,6 +16,7 @@
 #include "unit.h"
 #include "../../lib/inject.h"
 
+#if defined(__x86_64__)	/* the only architecture inject.c implements */
 #define MSEC 1000000ull
 
 enum what { PPOLL, READ, SLEEP, BUSY };
@@ -279,3 +280,26 @@ int main(void)
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
+
+#else /* !__x86_64__ */
+
+/* Elsewhere the injection is not implemented, and says so. */
+static void test_not_supported(void **state)
+{
+	struct ks_thread t;
+
+	(void)state;
+	assert_int_equal(ks_thread_hold(&t, getpid(), 0), -EOPNOTSUPP);
+	assert_int_equal(t.state, KS_THREAD_FREE);
+	assert_int_equal(ks_thread_release(&t), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_not_supported),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#endif

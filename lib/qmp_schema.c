@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * QEMU's stats (query-stats-schemas, query-stats) as the binary
+ * interface's schemas and data blocks.
+ *
+ * The schemas QEMU reports are mapped to descriptors and encoded into a
+ * real image, so a QMP reader has a real schema and every consumer reads
+ * it like any other source; when they match this kernel's own
+ * descriptors, the kernel's schema itself is used: the layout is then
+ * exactly the kernel's, shared with fd readers. A monitor may say
+ * anything: names that are no stat name, lists longer than any kernel
+ * has, are left out.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source_qmp.h"
+
+/* More descriptors than any kernel has (x86 vCPU: 45). */
+#define QMP_MAX_DESCS 1024
+
+/* ---- schemas ------------------------------------------------------------ */
+
+const char *ks_json_str(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static int word(const char *s, const char *const *words, int n)
+{
+	for (int i = 0; s && i < n; i++)
+		if (!strcmp(s, words[i]))
+			return i;
+	return -1;
+}
+
+/* QAPI's StatsType and StatsUnit, in the kernel's numbering. */
+static const char *const qmp_types[] = {
+	"cumulative", "instant", "peak", "linear-histogram", "log2-histogram",
+};
+static const char *const qmp_units[] = {
+	"none", "bytes", "seconds", "cycles", "boolean",
+};
+
+/* The "stats" list of the kvm provider in a query-stats or
+ * query-stats-schemas result for @target (NULL: any target; @qom_path
+ * gets the entry's qom-path). @i is where to start in @results. */
+struct json_object *ks_qmp_provider_stats(struct json_object *results,
+					  const char *target, size_t *i,
+					  const char **qom_path)
+{
+	size_t n = json_object_is_type(results, json_type_array) ?
+			   json_object_array_length(results) : 0;
+
+	for (; *i < n; (*i)++) {
+		struct json_object *e = json_object_array_get_idx(results, *i);
+		struct json_object *stats;
+		const char *p = ks_json_str(e, "provider"), *t = ks_json_str(e, "target");
+
+		if (!p || strcmp(p, "kvm") || (target && (!t || strcmp(t, target))))
+			continue;
+		if (!json_object_object_get_ex(e, "stats", &stats) ||
+		    !json_object_is_type(stats, json_type_array))
+			continue;
+		if (qom_path)
+			*qom_path = ks_json_str(e, "qom-path");
+		(*i)++;
+		return stats;
+	}
+	return NULL;
+}
+
+/* Number of values of stat @name in a query-stats "stats" list: the
+ * length of its array for a histogram (the schema does not say), else 1;
+ * 0 when absent. */
+static size_t value_size(struct json_object *values, const char *name)
+{
+	size_t n = values ? json_object_array_length(values) : 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *e = json_object_array_get_idx(values, i);
+		struct json_object *v;
+		const char *nm = ks_json_str(e, "name");
+
+		if (!nm || strcmp(nm, name) || !json_object_object_get_ex(e, "value", &v))
+			continue;
+		return json_object_is_type(v, json_type_array) ?
+			       json_object_array_length(v) : 1;
+	}
+	return 0;
+}
+
+/* A name the kernel could give a stat: short, and [A-Za-z0-9_] only
+ * (what a monitor says goes to terminals and JSON). */
+static bool stat_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	return n && n < KS_ABI_NAME_SIZE &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			 "0123456789_") == n;
+}
+
+/* One QMP schema entry as a descriptor; false to leave it out. */
+static bool to_desc(struct json_object *e, struct json_object *values,
+		    struct kvmstats_encode_desc *d)
+{
+	struct json_object *v;
+	int type = word(ks_json_str(e, "type"), qmp_types, ARRAY_SIZE(qmp_types));
+	const char *unit_s = ks_json_str(e, "unit");
+	int unit = unit_s ? word(unit_s, qmp_units, ARRAY_SIZE(qmp_units)) : 0;
+	int base = KVMSTATS_BASE_POW10;
+	size_t size;
+
+	d->name = ks_json_str(e, "name");
+	if (!stat_name(d->name) || type < 0 || unit < 0)
+		return false;	/* a kind this library cannot express */
+	if (json_object_object_get_ex(e, "base", &v) &&
+	    json_object_get_int(v) == 2)
+		base = KVMSTATS_BASE_POW2;
+	d->exponent = json_object_object_get_ex(e, "exponent", &v) ?
+			      (int16_t)json_object_get_int(v) : 0;
+	d->bucket_size = json_object_object_get_ex(e, "bucket-size", &v) ?
+				 (uint32_t)json_object_get_int64(v) : 0;
+	d->flags = KVMSTATS_FLAGS(type, unit, base);
+	size = value_size(values, d->name);
+	if (type == KVMSTATS_TYPE_LINEAR_HIST || type == KVMSTATS_TYPE_LOG_HIST) {
+		/* Histogram sizes come only with values. */
+		if (!size || size > UINT16_MAX)
+			return false;
+		d->size = (uint16_t)size;
+	} else {
+		d->size = 1;
+	}
+	return true;
+}
+
+/* QEMU builds its lists by prepending, so its schemas come in reverse
+ * descriptor order. The kernel lists the generic stats first, starting
+ * with these; reversing unless the list already starts with one gives the
+ * kernel's order (and so the kernel's data layout). */
+static bool kernel_order(struct json_object *list)
+{
+	const char *first = ks_json_str(json_object_array_get_idx(list, 0), "name");
+
+	return first && (!strcmp(first, "remote_tlb_flush") ||
+			 !strcmp(first, "halt_successful_poll"));
+}
+
+static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
+					    struct json_object *list,
+					    struct json_object *values,
+					    const char *id, char *err,
+					    size_t errsz)
+{
+	size_t n = json_object_array_length(list), nd = 0, len;
+	struct kvmstats_encode_desc *d;
+	struct kvmstats_schema *s = NULL;
+	bool keep = kernel_order(list);
+	void *img;
+
+	if (n > QMP_MAX_DESCS) {
+		ks_err(err, errsz, "%zu stats in one schema: not a kernel's", n);
+		return NULL;
+	}
+	d = calloc(n ? n : 1, sizeof(*d));
+	if (!d)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		size_t j = keep ? i : n - 1 - i;
+
+		if (to_desc(json_object_array_get_idx(list, j), values, &d[nd]))
+			nd++;
+	}
+	img = kvmstats_image__encode(id, d, nd, NULL, &len, NULL);
+	if (!img)
+		ks_err(err, errsz, "encoding the schema: %s", strerror(errno));
+	else
+		s = kvmstats_schema__parse(ctx, img, len, err, errsz);
+	free(img);
+	free(d);
+	return s;
+}
+
+static bool same_stat(const struct kvmstats_stat *a,
+		      const struct kvmstats_stat *b)
+{
+	return !strcmp(kvmstats_stat__name(a), kvmstats_stat__name(b)) &&
+	       kvmstats_stat__flags(a) == kvmstats_stat__flags(b) &&
+	       kvmstats_stat__exponent(a) == kvmstats_stat__exponent(b) &&
+	       kvmstats_stat__size(a) == kvmstats_stat__size(b) &&
+	       kvmstats_stat__bucket_size(a) == kvmstats_stat__bucket_size(b);
+}
+
+/* The descriptors QEMU reports do not say where the kernel puts each
+ * value (its data block follows its structs, not the descriptor order:
+ * max_mmu_rmap_size comes after max_mmu_page_hash_collisions). When they
+ * match this kernel's own, take the kernel's schema: the layout is then
+ * exactly the kernel's, shared with fd readers. */
+static struct kvmstats_schema *prefer_kernel(struct kvmstats_ctx *ctx,
+					     struct kvmstats_schema *built,
+					     bool vcpu)
+{
+	struct kvmstats_schema *k[2] = { NULL, NULL }, *ks;
+	const struct kvmstats_stat *a, *b;
+	bool same;
+
+	if (ks_kernel_schemas(ctx, &k[0], &k[1]))
+		return built;	/* no /dev/kvm here: the encoded layout */
+	ks = k[vcpu];
+	kvmstats_schema__put(k[!vcpu]);
+	same = kvmstats_schema__num_stats(ks) == kvmstats_schema__num_stats(built);
+	for (a = kvmstats_schema__next(ks, NULL), b = kvmstats_schema__next(built, NULL);
+	     same && a && b;
+	     a = kvmstats_schema__next(ks, a), b = kvmstats_schema__next(built, b))
+		same = same_stat(a, b);
+	if (!same) {
+		kvmstats_schema__put(ks);
+		return built;
+	}
+	kvmstats_schema__put(built);
+	return ks;
+}
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+int ks_snap_alloc(struct snap *s, const struct kvmstats_schema *sc)
+{
+	size_t words = (kvmstats_schema__num_stats(sc) + 63) / 64;
+
+	s->data = calloc(1, kvmstats_schema__data_size(sc) + 8);
+	s->missing = calloc(words + 1, sizeof(uint64_t));
+	return s->data && s->missing ? 0 : -ENOMEM;
+}
+
+void ks_snap_free(struct snap *s)
+{
+	free(s->data);
+	free(s->missing);
+}
+
+static void set_bit(uint64_t *map, uint32_t i, bool on)
+{
+	if (on)
+		map[i / 64] |= 1ull << (i % 64);
+	else
+		map[i / 64] &= ~(1ull << (i % 64));
+}
+
+static uint64_t value_u64(struct json_object *v)
+{
+	if (json_object_is_type(v, json_type_boolean))
+		return json_object_get_boolean(v) ? 1 : 0;
+	return json_object_get_uint64(v);
+}
+
+/* One value of a "stats" list into the snapshot; false if it does not fit
+ * the stat (a histogram of another size). @reversed: QEMU's list is last
+ * element first. */
+static bool fill_one(const struct kvmstats_stat *st, struct json_object *v,
+		     uint64_t *data, bool reversed)
+{
+	uint64_t *out = data + kvmstats_stat__offset(st) / 8;
+	uint32_t size = kvmstats_stat__size(st);
+
+	if (!json_object_is_type(v, json_type_array)) {
+		if (size != 1)
+			return false;
+		*out = value_u64(v);
+		return true;
+	}
+	if (json_object_array_length(v) != size)
+		return false;
+	for (uint32_t k = 0; k < size; k++)
+		out[reversed ? size - 1 - k : k] =
+			value_u64(json_object_array_get_idx(v, k));
+	return true;
+}
+
+void ks_snap_fill(struct snap *s, const struct kvmstats_schema *sc,
+		  struct json_object *values, bool reversed)
+{
+	uint32_t nst = kvmstats_schema__num_stats(sc);
+	size_t n = json_object_array_length(values);
+
+	memset(s->data, 0, kvmstats_schema__data_size(sc));
+	for (uint32_t i = 0; i < nst; i++)
+		set_bit(s->missing, i, true);
+	/* No more entries than a list of every stat, twice. */
+	if (n > 2 * (size_t)nst)
+		n = 2 * (size_t)nst;
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *e = json_object_array_get_idx(values, i);
+		const char *name = ks_json_str(e, "name");
+		const struct kvmstats_stat *st;
+		struct json_object *v;
+
+		if (!name || !json_object_object_get_ex(e, "value", &v))
+			continue;
+		st = kvmstats_schema__find(sc, name);
+		if (st && fill_one(st, v, s->data, reversed))
+			set_bit(s->missing, kvmstats_stat__index(st), false);
+	}
+}
+
+struct kvmstats_schema *ks_qmp_schema(struct kvmstats_ctx *ctx,
+				      struct json_object *list,
+				      struct json_object *values,
+				      const char *id, bool vcpu, char *err,
+				      size_t errsz)
+{
+	struct kvmstats_schema *s = build_schema(ctx, list, values, id, err, errsz);
+
+	return s ? prefer_kernel(ctx, s, vcpu) : NULL;
+}

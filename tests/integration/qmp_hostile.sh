@@ -1,0 +1,128 @@
+#!/bin/bash
+# kvmstats-test: needs=kvm
+# A VMM a guest owns says what it likes (DESIGN.md's threat model):
+#  - a process of uid 65534 naming a root-only QMP socket on its command
+#    line: kvmstats never connects to it (the victim, a listener there,
+#    sees no connection), not for dump, list or plan, and says why;
+#  - a hostile monitor naming 500 new vCPUs at every poll, with made-up
+#    ids: `record` stays bounded in vCPUs (no more than the VMM's vCPU
+#    fds), memory and log size, and no id is made up.
+# Both "VMMs" are tests/tools/hostile_qmp.py holding a real KVM VM.
+source "$(dirname "$0")/../lib.sh"
+require_kvm qmp_hostile
+for t in python3 socat jq; do
+	command -v $t >/dev/null || { skip qmp_hostile "$t is not installed"; exit 0; }
+done
+HOSTILE=$ROOT/tests/tools/hostile_qmp.py
+# Debian's python3 itself (a wrapper script in front of it would drop
+# the argv[0] the fake VMM needs).
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+
+# hostile MODE NVCPUS ARGS...: start it, argv[0] as QEMU's; sets HPID.
+hostile() {
+	local mode=$1 n=$2 ready=$TMP/$1.ready
+	shift 2
+	(exec -a qemu-system-x86_64 "$PY" "$HOSTILE" "$mode" "$n" "$ready" "$@") 2>"$TMP/$mode.log" &
+	HPID=$!
+	track "$HPID"
+	wait_file "$ready" 10 || { echo "# hostile_qmp.py $mode did not start"; sed 's/^/# /' "$TMP/$mode.log"; return 1; }
+}
+
+# ---- the confused deputy ------------------------------------------------------
+mkdir -m 0700 "$TMP/rootonly"
+VICTIM=$TMP/rootonly/victim.sock
+# The victim logs the program of every client (SO_PEERCRED): other
+# programs on a shared host may scan the fake VMM too, so only our own
+# kvmstats' connections count.
+"$PY" -c '
+import os, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(16)
+while True:
+    c, _ = s.accept()
+    pid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    try: exe = os.readlink("/proc/%d/exe" % pid)
+    except OSError: exe = "?"
+    with open(sys.argv[2], "a") as f: f.write("%d %s\n" % (pid, exe))
+    c.close()
+' "$VICTIM" "$TMP/victim.log" 2>/dev/null &
+track $!
+KVMSTATS_EXE=$(readlink -f "$KVMSTATS")
+ours() { cat "$TMP/victim.log" 2>/dev/null | grep -c " $KVMSTATS_EXE\$"; }
+wait_file "$VICTIM" 5 || { fail "qmp_hostile: the victim listens"; exit 0; }
+hostile deputy 1 -qmp "unix:$VICTIM,server=on,wait=off" || { fail "qmp_hostile: deputy starts"; exit 0; }
+DEP=$HPID
+[ "$(awk '/^Uid:/ {print $2}' /proc/$DEP/status)" = 65534 ] &&
+	pass "qmp_hostile: the fake VMM runs as uid 65534 and holds a VM ($(ls -l /proc/$DEP/fd | grep -c 'anon_inode:kvm-vm$') VM fd)" ||
+	fail "qmp_hostile: the fake VMM runs as uid 65534"
+
+"$KVMSTATS" dump --pid "$DEP" --source qmp --json >"$TMP/dep.json" 2>"$TMP/dep.err"
+rc=$?
+[ $rc = 1 ] && grep -q "refused" "$TMP/dep.err" && grep -q "65534" "$TMP/dep.err" &&
+	pass "qmp_hostile: dump --source qmp refuses the socket and says why ($(head -c 300 "$TMP/dep.err"))" ||
+	fail "qmp_hostile: dump --source qmp refuses the socket and says why" "rc $rc: $(cat "$TMP/dep.err")"
+"$KVMSTATS" dump --pid "$DEP" --json >"$TMP/dep2.json" 2>"$TMP/dep2.err"
+"$KVMSTATS" list --pid "$DEP" --json >"$TMP/depl.json" 2>"$TMP/depl.err"
+jq -e '.[0].sources | index("qmp") == null' "$TMP/depl.json" >/dev/null &&
+	pass "qmp_hostile: list does not offer qmp for it" ||
+	fail "qmp_hostile: list does not offer qmp for it" "$(cat "$TMP/depl.json" "$TMP/depl.err")"
+timeout 20 "$KVMSTATS" plan --pid "$DEP" --json >"$TMP/depp.json" 2>"$TMP/depp.err"
+sleep 0.3
+n=$(ours)
+[ "$n" = 0 ] && pass "qmp_hostile: the victim saw no connection of kvmstats (dump, dump auto, list, plan)" ||
+	fail "qmp_hostile: the victim saw no connection of kvmstats" "$n connections: $(head -3 "$TMP/victim.log")"
+# The same socket named by root itself (--qmp) is the user's word: used.
+"$KVMSTATS" dump --pid "$DEP" --source qmp --qmp "$VICTIM" >/dev/null 2>&1
+sleep 0.3
+[ "$(ours)" -ge 1 ] &&
+	pass "qmp_hostile: the same socket given with --qmp is connected to (the test sees connections)" ||
+	fail "qmp_hostile: the same socket given with --qmp is connected to"
+kill "$DEP"
+
+# ---- a monitor making up vCPUs ------------------------------------------------
+NV=4
+hostile monitor $NV -qmp "unix:$TMP/mon.sock,server=on" || { fail "qmp_hostile: monitor starts"; exit 0; }
+MON=$HPID
+"$KVMSTATS" record --pid "$MON" --source qmp --interval 0.1 --duration 10 --refresh 1 \
+	--output "$TMP/h.kvl" >"$TMP/rec.out" 2>"$TMP/rec.err" &
+REC=$!
+track "$REC"
+max_rss=0 rss2=0
+for i in $(seq 110); do
+	r=$(awk '/^VmRSS/ {print $2}' /proc/$REC/status 2>/dev/null) || break
+	[ -n "$r" ] && [ "$r" -gt "$max_rss" ] && max_rss=$r
+	[ $i = 20 ] && rss2=$max_rss
+	sleep 0.1
+done
+wait "$REC"
+rc=$?
+size=$(stat -c %s "$TMP/h.kvl" 2>/dev/null || echo 0)
+errsz=$(stat -c %s "$TMP/rec.err")
+"$KVMSTATS" replay --json "$TMP/h.kvl" >"$TMP/h.json" 2>"$TMP/replay.err"
+read -r samples maxv ids <<<"$(jq -s -r '[length, ([.[].vms[0].vcpus | length] | max),
+	([.[].vms[0].vcpus[].id] | unique | length)] | @tsv' "$TMP/h.json")"
+polls=$(jq -s '[.[].vms[0].stats.remote_tlb_flush | numbers] | max' "$TMP/h.json")
+echo "# record: rc $rc, $samples samples, $polls polls, vCPUs at most $maxv ($ids ids), RSS $max_rss kB, log $size bytes, stderr $errsz bytes"
+[ "$rc" = 0 ] && [ "${samples:-0}" -ge 50 ] && [ "${polls:-0}" -ge 2 ] &&
+	pass "qmp_hostile: record ran its 10 s against the hostile monitor ($samples samples; polls answered until the monitor's answers outgrew what its vCPU fds justify: $polls)" ||
+	fail "qmp_hostile: record ran against the hostile monitor" "rc $rc, polls $polls: $(head -3 "$TMP/rec.err")"
+[ "${maxv:-99}" -le $NV ] && [ "${ids:-99}" -le $NV ] &&
+	pass "qmp_hostile: vCPUs stay within the VMM's $NV vCPU fds (at most $maxv, $ids ids)" ||
+	fail "qmp_hostile: vCPUs stay within the VMM's vCPU fds" "$maxv vCPUs, $ids ids"
+# Memory: a small footprint that stops growing after the first 2 s (but
+# under ASan, whose allocator keeps up to 256 MiB of freed memory in
+# quarantine: there only a bound).
+limit=64000 growth=16000
+ldd "$KVMSTATS" 2>/dev/null | grep -q libasan && limit=1000000 growth=$limit
+[ "$max_rss" -gt 0 ] && [ "$max_rss" -lt "$limit" ] && [ $((max_rss - rss2)) -lt $growth ] &&
+	[ "$size" -lt 2000000 ] && [ "$errsz" -lt 20000 ] &&
+	pass "qmp_hostile: bounded: RSS $max_rss kB ($rss2 kB after 2 s), log $size bytes, stderr $errsz bytes" ||
+	fail "qmp_hostile: bounded memory and log" "RSS $max_rss kB ($rss2 kB after 2 s), log $size bytes, stderr $errsz bytes"
+bad=$(jq -s -r --argjson p "$MON" '[.[].vms[0].vcpus[] | .id as $id | .index as $i
+	| select(($i < 0) or ($i >= 16384) or (($id | test("^kvm-[0-9]+/vcpu-[0-9]+$")) | not)
+		 or ($id | capture("^kvm-(?<t>[0-9]+)/vcpu-(?<n>[0-9]+)$") | (.n | tonumber) != $i or .t != ($p | tostring)))
+	| .id] | unique | .[:3] | join(" ")' "$TMP/h.json")
+[ -z "$bad" ] && pass "qmp_hostile: no made-up id: indexes in KVM's range, threads of the VMM (else its pid)" ||
+	fail "qmp_hostile: no made-up id" "$bad"
+kill "$MON"
