@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=none
+# kvmstats-test: needs=none nosan
 # SPDX-License-Identifier: GPL-2.0-or-later
 # `make check` keeps its promise: it builds and passes as an unprivileged
 # user (65534) on a host without KVM, QEMU, libvirtd or Prometheus. A

@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=none
+# kvmstats-test: needs=none nosan
 # SPDX-License-Identifier: GPL-2.0-or-later
 # The library and the CLI build for arm64 (everything but attach's
 # injection, which is x86_64's and says so at run time): Debian's

@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=none
+# kvmstats-test: needs=none nosan
 # The README a newcomer reads: at most 300 lines, `make demo` in the first
 # 40; every command has its page in docs/ next to its man page; every
 # relative link of README.md, docs/*.md and dist/*/README.md leads to a

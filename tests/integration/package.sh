@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=none
+# kvmstats-test: needs=none nosan
 # SPDX-License-Identifier: GPL-2.0-or-later
 # The Debian packages as a distribution builds them: dpkg-buildpackage -b
 # in a copy of the tree (what git tracks, plus new files it does not
