@@ -176,7 +176,7 @@ $(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
 $(O)/mkselftest: tests/tools/mkselftest.c $(O)/libkvmstats.a
-	$(CC) $(CFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
 $(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
