@@ -175,6 +175,9 @@ $(O)/bench/%: bench/%.c bench/bench.h $(O)/libkvmstats.a | $(O)/bench
 $(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
+$(O)/mkselftest: tests/tools/mkselftest.c $(O)/libkvmstats.a
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
+
 $(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS)) \
@@ -212,7 +215,7 @@ run-bench: $(BENCH_BIN)
 # What the tests run: the release build, the ASan+UBSan build (in
 # build-san/), the fuzzer and the test tools.
 test-build: test-deps
-	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/fuzz/fuzz_image \
+	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/fuzz/fuzz_image \
 		$(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit

@@ -4,7 +4,9 @@
  * VMs and vCPUs it creates itself), or of image files.
  *
  * Every (target, rule) pair counts once: passed when the rule found no
- * error on that target. Live rules only apply to live fds.
+ * error on that target. Live rules only apply to live fds. Reports are
+ * strict (the ABI this version knows, as the kernel's selftest holds it)
+ * unless --allow-unknown asks for the parser's forward-compatible reading.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,26 +19,115 @@
 #include "cli.h"
 
 static const char check_usage[] =
-	"[--vms N] [--vcpus M] [--file IMAGE]... [--json] [--verbose]";
+	"[--vms N] [--vcpus M] [--file IMAGE]... [--allow-unknown] [--json] [--verbose]";
+
+static const char check_help[] =
+	"  --vms N, --vcpus M  VMs to create and vCPUs in each (default 2 and 2)\n"
+	"  --file IMAGE        check a saved stats image instead of this kernel\n"
+	"  --allow-unknown     a type, unit or base past the ones this version\n"
+	"                      knows, or an id after a longer header, is a warning,\n"
+	"                      not a failure (for a kernel newer than kvmstats)\n"
+	"  --verbose           every rule per target, passed or not\n";
+
+enum { OPT_ALLOW_UNKNOWN = OPT_CMD_BASE };
 
 struct check {
 	struct cli *cli;
 	int passed, failed;
+	unsigned int report_flags;
 	struct json_object *targets;	/* JSON mode */
 };
 
-static void print_findings(struct check *c, const char *target,
-			   const struct kvmstats_report *r)
+static struct kvmstats_report *new_report(const struct check *c)
 {
+	struct kvmstats_report *r = kvmstats_report__new();
+
+	if (r)
+		kvmstats_report__set_flags(r, c->report_flags);
+	return r;
+}
+
+static bool is_rule(const char *name)
+{
+	for (const struct kvmstats_rule *rule = kvmstats_rules(); rule->name;
+	     rule++)
+		if (!strcmp(rule->name, name))
+			return true;
+	return false;
+}
+
+static void print_finding(const struct check *c, const char *target,
+			  const struct kvmstats_finding *f)
+{
+	bool err = f->severity == KVMSTATS_SEV_ERROR;
+
+	if (!err && c->cli->verbose < 0)
+		return;
+	printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", target, f->rule,
+	       f->msg);
+}
+
+/* Findings of @rule, or all of them when @rule is NULL; returns how many
+ * there are, warnings included. */
+static int print_findings(const struct check *c, const char *target,
+			  const struct kvmstats_report *r, const char *rule)
+{
+	int n = 0;
+
 	for (size_t i = 0; i < kvmstats_report__count(r); i++) {
 		const struct kvmstats_finding *f = kvmstats_report__finding(r, i);
-		bool err = f->severity == KVMSTATS_SEV_ERROR;
 
-		if (!err && c->cli->verbose < 0)
+		if (rule && strcmp(f->rule, rule))
 			continue;
-		printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", target, f->rule,
-		       f->msg);
+		n++;
+		print_finding(c, target, f);
 	}
+	return n;
+}
+
+/* The report keeps a bounded number of findings; say so when errors were
+ * left out rather than let the list look complete. */
+static void print_dropped(const char *target, const struct kvmstats_report *r)
+{
+	size_t listed = 0;
+
+	for (size_t i = 0; i < kvmstats_report__count(r); i++)
+		if (kvmstats_report__finding(r, i)->severity == KVMSTATS_SEV_ERROR)
+			listed++;
+	if (kvmstats_report__errors(r) > listed)
+		printf("FAIL %s: %zu more errors not listed\n", target,
+		       kvmstats_report__errors(r) - listed);
+}
+
+/* --verbose: every rule that applies, in table order, with its findings
+ * or "ok"; a rule with only warnings passed, and shows them. */
+static void print_rules(const struct check *c, const char *target,
+			const struct kvmstats_report *r, bool live)
+{
+	for (const struct kvmstats_rule *rule = kvmstats_rules(); rule->name;
+	     rule++) {
+		if (rule->live && !live)
+			continue;
+		if (!print_findings(c, target, r, rule->name))
+			printf("ok   %s %s\n", target, rule->name);
+	}
+	/* A caller's own rule (kvmstats_report__add()) is not in the table. */
+	for (size_t i = 0; i < kvmstats_report__count(r); i++) {
+		const struct kvmstats_finding *f = kvmstats_report__finding(r, i);
+
+		if (!is_rule(f->rule))
+			print_finding(c, target, f);
+	}
+}
+
+static const char *rule_result(const struct kvmstats_report *r, const char *rule)
+{
+	if (kvmstats_report__failed(r, rule))
+		return "failed";
+	for (size_t i = 0; i < kvmstats_report__count(r); i++)
+		if (!strcmp(kvmstats_report__finding(r, i)->rule, rule))
+			return "warning";
+	return "passed";
 }
 
 static struct json_object *findings_json(const struct kvmstats_report *r)
@@ -58,6 +149,18 @@ static struct json_object *findings_json(const struct kvmstats_report *r)
 	return a;
 }
 
+static struct json_object *rules_json(const struct kvmstats_report *r, bool live)
+{
+	struct json_object *o = json_object_new_object();
+
+	for (const struct kvmstats_rule *rule = kvmstats_rules(); rule->name;
+	     rule++)
+		if (!rule->live || live)
+			json_object_object_add(o, rule->name, json_object_new_string(
+				rule_result(r, rule->name)));
+	return o;
+}
+
 /* Count the rules that apply to this target and report its findings. */
 static void tally(struct check *c, const char *target,
 		  const struct kvmstats_report *r, bool live)
@@ -76,10 +179,14 @@ static void tally(struct check *c, const char *target,
 	c->passed += passed;
 	c->failed += failed;
 	if (c->cli->format != OUT_JSON) {
-		print_findings(c, target, r);
 		if (c->cli->verbose > 0)
-			printf("ok   %s: %d rules passed, %d failed\n", target, passed,
-			       failed);
+			print_rules(c, target, r, live);
+		else
+			print_findings(c, target, r, NULL);
+		print_dropped(target, r);
+		if (c->cli->verbose > 0)
+			printf("%-4s %s: %d rules passed, %d failed\n",
+			       failed ? "FAIL" : "ok", target, passed, failed);
 		return;
 	}
 	struct json_object *o = json_object_new_object();
@@ -87,13 +194,14 @@ static void tally(struct check *c, const char *target,
 	json_object_object_add(o, "target", json_object_new_string(target));
 	json_object_object_add(o, "passed", json_object_new_int(passed));
 	json_object_object_add(o, "failed", json_object_new_int(failed));
+	json_object_object_add(o, "rules", rules_json(r, live));
 	json_object_object_add(o, "findings", findings_json(r));
 	json_object_array_add(c->targets, o);
 }
 
 static void check_file(struct check *c, const char *path)
 {
-	struct kvmstats_report *r = kvmstats_report__new();
+	struct kvmstats_report *r = new_report(c);
 	unsigned char *buf = NULL;
 	size_t len = 0, cap = 0;
 	FILE *f = fopen(path, "rb");
@@ -223,7 +331,7 @@ static int check_kernel(struct check *c, int nvms, int nvcpus)
 	if (n < 0)
 		goto out;
 	for (int i = 0; i < n; i++) {
-		r[i] = kvmstats_report__new();
+		r[i] = new_report(c);
 		if (!r[i])
 			goto out;
 		if (t[i].stats_fd < 0) {
@@ -240,7 +348,7 @@ static int check_kernel(struct check *c, int nvms, int nvcpus)
 		t[i].obj_fd = -1;
 	}
 	for (int i = 0; i < n; i++) {
-		struct kvmstats_report *after = kvmstats_report__new();
+		struct kvmstats_report *after = new_report(c);
 
 		if (t[i].stats_fd < 0 || !after) {
 			kvmstats_report__free(after);
@@ -280,11 +388,12 @@ int cmd_check(struct cli *cli, int argc, char **argv)
 		{ "vms", required_argument, NULL, 'n' },
 		{ "vcpus", required_argument, NULL, 'm' },
 		{ "file", required_argument, NULL, OPT_FILE },
+		{ "allow-unknown", no_argument, NULL, OPT_ALLOW_UNKNOWN },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct check c = { .cli = cli };
+	struct check c = { .cli = cli, .report_flags = KVMSTATS_REPORT_STRICT };
 	char **files = calloc((size_t)argc + 1, sizeof(*files));
 	long nvms = 2, nvcpus = 2;
 	size_t nfiles = 0;
@@ -307,11 +416,15 @@ int cmd_check(struct cli *cli, int argc, char **argv)
 		case OPT_FILE:
 			files[nfiles++] = optarg;
 			break;
+		case OPT_ALLOW_UNKNOWN:
+			c.report_flags &= ~KVMSTATS_REPORT_STRICT;
+			break;
 		case 'v':
 			cli->verbose++;
 			break;
 		case 'h':
-			printf("usage: %s check %s\n", cli->prog, check_usage);
+			printf("usage: %s check %s\n%s", cli->prog, check_usage,
+			       check_help);
 			ret = EXIT_OK;
 			goto out;
 		default:

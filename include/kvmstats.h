@@ -252,18 +252,36 @@ struct kvmstats_report;
 
 KVMSTATS_API struct kvmstats_report *kvmstats_report__new(void);
 KVMSTATS_API void kvmstats_report__free(struct kvmstats_report *r);
+/* Report flags (kvmstats_report__set_flags()). */
+enum kvmstats_report_flags {
+	/* Hold images to the ABI this library knows, as the kernel's selftest
+	 * kvm_binary_stats_test does: a type, unit or base past the known
+	 * ones (desc.type.known, desc.unit.known, desc.base.known) and an id
+	 * anywhere but right after the 24-byte header (id.offset) are errors.
+	 * Without it they are warnings, as a newer kernel may send them; the
+	 * parser always reads that way and keeps such stats raw. */
+	KVMSTATS_REPORT_STRICT = 1u << 0,
+};
+
+/* Set the flags the checks appending to @r follow; returns 0, or -EINVAL
+ * for an unknown flag. */
+KVMSTATS_API int kvmstats_report__set_flags(struct kvmstats_report *r,
+					    unsigned int flags);
 KVMSTATS_API size_t kvmstats_report__count(const struct kvmstats_report *r);
 KVMSTATS_API size_t kvmstats_report__errors(const struct kvmstats_report *r);
 KVMSTATS_API const struct kvmstats_finding *
 kvmstats_report__finding(const struct kvmstats_report *r, size_t i);
 
 /* Check an image (header through data; @len is the file size) against
- * every rule. Appends findings to @r; returns the number of errors found,
- * or a negative errno when the check itself could not run. */
+ * every rule (what only a newer kernel may send is an error when @r is
+ * KVMSTATS_REPORT_STRICT, else a warning). Appends findings to @r; returns
+ * the number of errors found, or a negative errno when the check itself
+ * could not run. */
 KVMSTATS_API int kvmstats_image__validate(const void *buf, size_t len,
 					  struct kvmstats_report *r);
 
-/* Add a finding of the caller's own (e.g. a rule checked elsewhere). */
+/* Add a finding of the caller's own (e.g. a rule checked elsewhere);
+ * @rule must outlive @r. */
 KVMSTATS_API void kvmstats_report__add(struct kvmstats_report *r,
 				       enum kvmstats_severity sev,
 				       const char *rule, int32_t stat,

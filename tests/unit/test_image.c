@@ -431,6 +431,119 @@ static void test_unknown_type_kept(void **state)
 	free(img);
 }
 
+/* check's reading: what a newer kernel may send fails a strict report,
+ * while the parser still keeps it raw. */
+static void test_strict_report(void **state)
+{
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_report *r = kvmstats_report__new();
+	struct kvmstats_schema *s;
+	size_t len;
+	unsigned char *img = small_image(&len);
+
+	(void)state;
+	assert_int_equal(kvmstats_report__set_flags(r, 1u << 7), -EINVAL);
+	assert_int_equal(kvmstats_report__set_flags(r, KVMSTATS_REPORT_STRICT), 0);
+	put32(img, desc_off(img, 0, 0), KVMSTATS_FLAGS(5, 15, 2));
+	assert_int_equal(kvmstats_image__validate(img, len, r), 3);
+	assert_true(kvmstats_report__failed(r, "desc.type.known"));
+	assert_true(kvmstats_report__failed(r, "desc.unit.known"));
+	assert_true(kvmstats_report__failed(r, "desc.base.known"));
+	s = kvmstats_schema__parse(ctx, img, len, NULL, 0);
+	assert_non_null(s);
+	kvmstats_schema__put(s);
+	kvmstats_report__free(r);
+	kvmstats_ctx__free(ctx);
+	free(img);
+}
+
+/* The id where the selftest does not read it: "xyz" right after the
+ * header, a valid id appended at the end. */
+static void test_id_offset(void **state)
+{
+	struct kvmstats_report *strict = kvmstats_report__new();
+	struct kvmstats_report *lax = kvmstats_report__new();
+	size_t len, at;
+	unsigned char *img = small_image(&len);
+
+	(void)state;
+	img = realloc(img, len + 64);
+	assert_non_null(img);
+	at = len;
+	memcpy(img + at, img + 24, 48);
+	put32(img, 12, (uint32_t)at);
+	memcpy(img + 24, "xyz", 3);
+	kvmstats_report__set_flags(strict, KVMSTATS_REPORT_STRICT);
+	assert_int_equal(kvmstats_image__validate(img, at + 48, strict), 1);
+	assert_true(kvmstats_report__failed(strict, "id.offset"));
+	/* The 48 bytes it left behind are reported, not failed. */
+	assert_int_equal(kvmstats_image__validate(img, at + 48, lax), 0);
+	assert_int_equal(kvmstats_report__count(lax), 2);
+	assert_string_equal(kvmstats_report__finding(lax, 0)->rule, "layout.gaps");
+	assert_string_equal(kvmstats_report__finding(lax, 1)->rule, "id.offset");
+	kvmstats_report__free(strict);
+	kvmstats_report__free(lax);
+	free(img);
+}
+
+/* No descriptors: both blocks are empty and may point past the end, as
+ * the selftest accepts. */
+static void test_no_descriptors(void **state)
+{
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_reader *rd;
+	struct kvmstats_sample *smp;
+	size_t len;
+	unsigned char *img = small_image(&len);
+
+	(void)state;
+	put32(img, 8, 0);
+	put32(img, 16, 0x7ffff000);
+	put32(img, 20, 0x7ffff000);
+	assert_int_equal(validate_errors(img, 24 + 48, NULL), 0);
+	rd = kvmstats_reader__open_mem(ctx, img, 24 + 48, NULL);
+	assert_non_null(rd);
+	assert_int_equal(kvmstats_schema__num_stats(kvmstats_reader__schema(rd)), 0);
+	smp = kvmstats_sample__new(kvmstats_reader__schema(rd));
+	assert_non_null(smp);
+	assert_int_equal(kvmstats_reader__read(rd, smp), 0);
+	kvmstats_sample__free(smp);
+	kvmstats_reader__close(rd);
+	/* Still an error when the file cannot even hold the id. */
+	assert_rejected(img, 24 + 40, "layout.bounds");
+	kvmstats_ctx__free(ctx);
+	free(img);
+}
+
+/* Findings are capped, yet every failed rule still counts as failed. */
+static void test_rules_past_the_cap(void **state)
+{
+	enum { N = 400 };
+	struct kvmstats_encode_desc d[N];
+	char names[N][16];
+	struct kvmstats_report *r = kvmstats_report__new();
+	unsigned char *img;
+	size_t len;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "s%d", i);
+		d[i] = (struct kvmstats_encode_desc){ names[i], CUM, 0, 1, 0 };
+	}
+	img = kvmstats_image__encode("kvm-1", d, N, NULL, &len, NULL);
+	assert_non_null(img);
+	for (int i = 0; i < N - 1; i++)		/* N - 1 desc.bucket_size */
+		put32(img, desc_off(img, i, 12), 8);
+	put32(img, desc_off(img, N - 1, 8), 4);	/* then desc.offset.aligned */
+	assert_true(kvmstats_image__validate(img, len, r) >= N);
+	assert_true(kvmstats_report__count(r) < N);
+	assert_true(kvmstats_report__failed(r, "desc.bucket_size"));
+	assert_true(kvmstats_report__failed(r, "desc.offset.aligned"));
+	assert_false(kvmstats_report__failed(r, "desc.exponent"));
+	kvmstats_report__free(r);
+	free(img);
+}
+
 static void test_bad_opts(void **state)
 {
 	struct {
@@ -474,6 +587,10 @@ int main(void)
 		cmocka_unit_test(test_rule_exponent_and_combination),
 		cmocka_unit_test(test_rule_boolean_value),
 		cmocka_unit_test(test_unknown_type_kept),
+		cmocka_unit_test(test_strict_report),
+		cmocka_unit_test(test_id_offset),
+		cmocka_unit_test(test_no_descriptors),
+		cmocka_unit_test(test_rules_past_the_cap),
 		cmocka_unit_test(test_bad_opts),
 	};
 
