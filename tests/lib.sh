@@ -224,7 +224,7 @@ libvirt_start() {
 		mount --bind "$LV/group" /etc/group
 		virtlogd -t 180 2>"$LV/virtlogd.log" &
 		echo \$! >"$LV/virtlogd.pid"
-		for i in \$(seq 50); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
+		for i in \$(seq $(slow 50)); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
 		libvirtd -t 180 2>"$LV/libvirtd.log" &
 		echo \$! >"$LV/libvirtd.pid"
 		set +e
@@ -236,10 +236,10 @@ libvirt_start() {
 	LV_NS=(nsenter -t "$LV_HOLDER" -m --)
 	VIRSH=("${LV_NS[@]}" virsh -q -c qemu:///system)
 	LVD=
-	for i in $(seq 100); do
+	for i in $(seq $(slow 100)); do
 		[ -s "$LV/libvirtd.pid" ] && [ -z "$LVD" ] && LVD=$(cat "$LV/libvirtd.pid") &&
 			track "$LVD" && track "$(cat "$LV/virtlogd.pid")"
-		if [ -n "$LVD" ] && timeout 5 "${VIRSH[@]}" list >/dev/null 2>&1; then
+		if [ -n "$LVD" ] && timeout "$(slow 5)" "${VIRSH[@]}" list >/dev/null 2>&1; then
 			return 0
 		fi
 		kill -0 "$LV_HOLDER" 2>/dev/null || break
