@@ -146,6 +146,9 @@ void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	      size_t len, int width);
 
+/* Why reading a log (kvmstats_log_reader__next()) stopped, @err < 0. */
+const char *log_strerror(int err);
+
 /* ---- subcommands -------------------------------------------------- */
 int cmd_top(struct cli *cli, int argc, char **argv);
 int cmd_list(struct cli *cli, int argc, char **argv);

@@ -521,6 +521,14 @@ static void print_table_sample(struct replay *r)
 
 /* ---- the loop ------------------------------------------------------- */
 
+const char *log_strerror(int err)
+{
+	/* The reader gave up on a forged or ruined file, and said why. */
+	if (err == -EBADMSG)
+		return "too damaged to read on (see the warning above)";
+	return strerror(-err);
+}
+
 static int play(struct replay *r)
 {
 	uint64_t last = 0;
@@ -708,7 +716,7 @@ int cmd_replay(struct cli *cli, int argc, char **argv)
 	if (c >= 0)
 		c = play(&r);
 	if (c < 0) {
-		cli_err(cli, "%s: %s", r.path, strerror(-c));
+		cli_err(cli, "%s: %s", r.path, log_strerror(c));
 		goto out;
 	}
 	ret = EXIT_OK;
