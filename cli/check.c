@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static const char check_usage[] =
 	"[--vms N] [--vcpus M] [--file IMAGE]... [--json] [--verbose]";
@@ -34,8 +35,8 @@ static void print_findings(struct check *c, const char *target,
 
 		if (!err && c->cli->verbose < 0)
 			continue;
-		printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", target, f->rule,
-		       f->msg);
+		printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", safe_str(target),
+		       f->rule, safe_str(f->msg));
 	}
 }
 
@@ -78,8 +79,8 @@ static void tally(struct check *c, const char *target,
 	if (c->cli->format != OUT_JSON) {
 		print_findings(c, target, r);
 		if (c->cli->verbose > 0)
-			printf("ok   %s: %d rules passed, %d failed\n", target, passed,
-			       failed);
+			printf("ok   %s: %d rules passed, %d failed\n", safe_str(target),
+			       passed, failed);
 		return;
 	}
 	struct json_object *o = json_object_new_object();

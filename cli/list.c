@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static const char list_usage[] = "[--json] [--pretty]\n       " CLI_TARGET_USAGE;
 
@@ -196,7 +197,7 @@ static void print_table(const struct vmm_row *rows, size_t n)
 			continue;
 		row_cells(&rows[i], &c);
 		WIDEN(wp, c.pid);
-		WIDEN(wn, rows[i].name);
+		WIDEN(wn, safe_str(rows[i].name));
 		WIDEN(wm, c.mem);
 		WIDEN(ws, rows[i].source ? rows[i].source : "-");
 	}
@@ -207,7 +208,7 @@ static void print_table(const struct vmm_row *rows, size_t n)
 			continue;
 		row_cells(&rows[i], &c);
 		printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %s\n", wp, c.pid, wn,
-		       rows[i].name, c.vms, c.vcpus, wm, c.mem, ws,
+		       safe_str(rows[i].name), c.vms, c.vcpus, wm, c.mem, ws,
 		       rows[i].source ? rows[i].source : "-", c.sources);
 	}
 }

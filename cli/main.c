@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 #ifdef HAVE_LIBVIRT
 #include <libvirt/virterror.h>
@@ -45,12 +46,17 @@ static const struct cmd cmds[] = {
 	{ "help", cmd_help, "this text" },
 };
 
+/* One line, whatever names it holds: a VMM's name or a file's stat name
+ * may carry escape sequences for the terminal, or a newline that would
+ * forge a line of ours. */
 static void vmsg(const struct cli *cli, const char *tag, const char *fmt,
 		 va_list ap)
 {
-	fprintf(stderr, "%s: %s", cli->prog, tag);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	char msg[2048], out[4096];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	str_escape(out, sizeof(out), msg);
+	fprintf(stderr, "%s: %s%s\n", cli->prog, tag, out);
 }
 
 void cli_err(const struct cli *cli, const char *fmt, ...)
@@ -116,9 +122,12 @@ void cli_print_json(const struct cli *cli, struct json_object *o)
 		    (cli->pretty ? JSON_C_TO_STRING_PRETTY |
 					   JSON_C_TO_STRING_SPACED
 				 : JSON_C_TO_STRING_PLAIN);
+	struct json_object *clean = json_clean(o);
 
-	fputs(json_object_to_json_string_ext(o, flags), stdout);
+	fputs(json_object_to_json_string_ext(clean, flags), stdout);
 	fputc('\n', stdout);
+	if (clean != o)
+		json_object_put(clean);
 }
 
 static void usage(FILE *f, const char *prog)

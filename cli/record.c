@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "kvmstats_log.h"
+#include "sanitize.h"
 
 static const char record_usage[] =
 	"--output FILE [--interval S] [--count N] [--duration S]\n"
@@ -326,7 +327,7 @@ static int choose_columns(struct rec *r)
 
 static int col_width(const struct column *c)
 {
-	int n = (int)strlen(c->name);
+	int n = (int)strlen(safe_str(c->name));
 
 	return n > 9 ? n : 9;
 }
@@ -338,13 +339,13 @@ static void print_header(struct rec *r)
 	if (r->cli->format == OUT_CSV) {
 		fputs("time", f);
 		for (size_t c = 0; c < r->ncols; c++)
-			fprintf(f, ",%s", r->cols[c].name);
+			fprintf(f, ",%s", csv_str(r->cols[c].name));
 		fputc('\n', f);
 		return;
 	}
 	fprintf(f, "%-8s", "time");
 	for (size_t c = 0; c < r->ncols; c++)
-		fprintf(f, " %*s", col_width(&r->cols[c]), r->cols[c].name);
+		fprintf(f, " %*s", col_width(&r->cols[c]), safe_str(r->cols[c].name));
 	fputc('\n', f);
 }
 
@@ -358,7 +359,7 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 	localtime_r(&t, &tm);
 	if (r->cli->format == OUT_JSON) {
 		struct json_object *o = json_object_new_object();
-		struct json_object *v = json_object_new_object();
+		struct json_object *v = json_object_new_object(), *clean;
 
 		json_object_object_add(o, "time", json_object_new_double(rt_ns / 1e9));
 		for (size_t c = 0; c < r->ncols; c++)
@@ -366,7 +367,10 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 					       r->cols[c].any ? json_object_new_double(
 									r->cols[c].value)
 							      : NULL);
-		json_object_object_add(o, r->past ? "totals" : "rates", v);
+		clean = json_clean(v);
+		if (clean != v)
+			json_object_put(v);
+		json_object_object_add(o, r->past ? "totals" : "rates", clean);
 		fprintf(f, "%s\n", json_object_to_json_string_ext(
 					   o, JSON_C_TO_STRING_PLAIN |
 						      JSON_C_TO_STRING_NOSLASHESCAPE));

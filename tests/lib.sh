@@ -111,3 +111,11 @@ qmp() {
 		sleep 0.5
 	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
 }
+
+# shows_safely FILE: FILE is valid UTF-8 without a control character but
+# newline and tab (no ESC, BEL, DEL, C1 CSI...): what names may put on a
+# terminal or in JSON after kvmstats escaped them.
+shows_safely() {
+	iconv -f UTF-8 -t UTF-8 "$1" >/dev/null 2>&1 &&
+		! LC_ALL=C grep -qaP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$1"
+}

@@ -13,6 +13,10 @@
  *                   that claims the rest of the file and fails its CRC
  *   ids.log         2.5 KiB: sound records naming ids near 2^24 and a
  *                   1 MiB data block (tables and allocations)
+ *   names.log       a sound log whose VM name, stats id and stat name
+ *                   hold terminal escapes, BEL, C1 CSI and bytes that are
+ *                   not UTF-8 (HOSTILE_* below)
+ *   names.bin       a stats image with that id and stat name
  *
  * With --small the two 1 MiB files are 16 KiB (fuzzer seeds).
  */
@@ -27,6 +31,10 @@
 #include "../../lib/log_format.h"
 
 #define F(t, u) KVMSTATS_FLAGS(KVMSTATS_TYPE_##t, KVMSTATS_UNIT_##u, 0)
+
+#define HOSTILE_NAME "VM \x1b[31mEVIL\x1b[0m\x1b]0;pwned\x07\xff\xfe"
+#define HOSTILE_ID "kvm-1\x1b[2J\xc2\x9b"
+#define HOSTILE_STAT "exits\x1b[5m\xff"
 
 static const char *dir;
 static size_t big = 1 << 20;
@@ -217,6 +225,43 @@ static int write_ids(void)
 	return err;
 }
 
+/* The names a hostile VMM or file would choose. */
+static int write_names(void)
+{
+	static const struct kvmstats_encode_desc d[] = {
+		{ HOSTILE_STAT, F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "halt_exits", F(CUMULATIVE, NONE), 0, 1, 0 },
+	};
+	static const uint64_t v[2] = { 42, 7 };
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_log_target tg = { .pid = 4242, .uid = 7, .vcpu = -1,
+					  .name = HOSTILE_NAME, .id = HOSTILE_ID,
+					  .source = "fd" };
+	struct kvmstats_log_writer *w;
+	struct kvmstats_reader *rd;
+	size_t len;
+	void *img = kvmstats_image__encode(HOSTILE_ID, d, 2, v, &len, NULL);
+	int err = img ? spit("names.bin", img, len) : -1;
+
+	rd = img ? kvmstats_reader__open_mem(ctx, img, len, NULL) : NULL;
+	free(img);
+	unlink(path_of("names.log"));
+	w = rd ? kvmstats_log_writer__open(ctx, path_of("names.log"), NULL) : NULL;
+	for (int i = 0; w && i < 3 && !err; i++) {
+		err = kvmstats_log_writer__begin(w, 1000000000ull * (i + 1), 0);
+		if (!err)
+			err = kvmstats_log_writer__add(w, &tg, kvmstats_reader__schema(rd),
+						       v, NULL, 0);
+		if (!err)
+			err = kvmstats_log_writer__commit(w);
+	}
+	if (!w || kvmstats_log_writer__close(w))
+		err = -1;
+	kvmstats_reader__close(rd);
+	kvmstats_ctx__free(ctx);
+	return err;
+}
+
 /* valid.log, damaged two ways. */
 static int write_damaged(void)
 {
@@ -246,7 +291,7 @@ int main(int argc, char **argv)
 	}
 	dir = argv[1];
 	if (write_valid() || write_damaged() || write_flood() ||
-	    write_alternate() || write_ids()) {
+	    write_alternate() || write_ids() || write_names()) {
 		fprintf(stderr, "mklog: failed\n");
 		return 1;
 	}
