@@ -106,6 +106,9 @@ $(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a
 $(O)/mklog: tests/tools/mklog.c lib/log_format.h $(O)/libkvmstats.a
 	$(CC) $(CFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
+$(O)/slowloris: tests/tools/slowloris.c
+	$(CC) $(CFLAGS) $< -o $@
+
 $(O)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell pkg-config --cflags $(LIB_PKGS)) \
@@ -128,7 +131,7 @@ run-bench: $(BENCH_BIN)
 # The whole suite: unit, CLI, fuzz, KVM and QEMU integration, and the
 # unit and CLI tests again under ASan+UBSan (in build-san/).
 test: test-deps
-	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mklog \
+	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mklog $(O)/slowloris \
 		$(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit

@@ -163,6 +163,42 @@ static int open_listener(struct server *s)
 	return 0;
 }
 
+/* Is the socket bound to loopback only? */
+static bool loopback_only(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	memset(&ss, 0, sizeof(ss));
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl))
+		return false;
+	if (ss.ss_family == AF_INET)
+		return ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24 == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
+/* Every VM's names and stats are for whoever reaches the port: beyond
+ * this host's loopback, say so when nothing guards them. */
+static void warn_exposed(struct server *s)
+{
+	bool tls = s->have_web && web_config_tls(&s->web);
+	bool auth = s->have_web && web_config_auth(&s->web);
+
+	if (loopback_only(s->listen_fd) || (tls && auth))
+		return;
+	cli_warn(s->cli, "serve: listening on %s, beyond this host's loopback, "
+		 "without %s: anyone who reaches the port reads every VM's names "
+		 "and stats%s (see --web-config)", s->addr,
+		 !tls && !auth ? "TLS or basic auth" : !tls ? "TLS" : "basic auth",
+		 !tls && auth ? ", and passwords cross the network in clear" : "");
+}
+
 /*
  * Capabilities. Reading another process's stats fds takes listing
  * /proc/PID/fd and pidfd_getfd(), both ptrace access checks: the same
@@ -552,6 +588,8 @@ static void server_free(struct server *s)
 	planner_free(&s->plan);
 	if (s->d)
 		MHD_stop_daemon(s->d);
+	/* Every connection has been closed, and said so. */
+	guard_free(&s->guard);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	/* Every response is gone with the daemon: the results are free. */
@@ -582,6 +620,7 @@ static int run(struct server *s)
 	}
 	if (open_listener(s))
 		return EXIT_FAIL;
+	warn_exposed(s);
 	/* A thread per connection: glibc would give each its own arena and
 	 * keep what it freed there; two arenas keep the footprint flat. */
 	mallopt(M_ARENA_MAX, 2);
@@ -607,7 +646,7 @@ static int run(struct server *s)
 	refresh(s);
 	/* Counted now: once serving, the host is the scrapes' (under the lock). */
 	nvmms = kvmstats_host__num_vmms(s->host);
-	if (start_http(s) || planner_start(s))
+	if (guard_start(s) || start_http(s) || planner_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
 		fprintf(stderr, "%s: serving %s://%s%s (%zu VMMs)\n", s->cli->prog,
@@ -635,6 +674,7 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		return EXIT_FAIL;
 	pthread_mutex_init(&s.lock, NULL);
 	planner_init(&s.plan);
+	guard_init(&s.guard);
 	ret = parse_opts(cli, &s.o, &a, argc, argv, &hash);
 	if (ret == -1)
 		ret = EXIT_OK;

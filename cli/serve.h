@@ -12,6 +12,7 @@
 
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -86,6 +87,45 @@ struct result {
 	uint64_t start_ns;	/* when its scrape began */
 };
 
+/* serve_guard.c: connection slots, the request head deadline, throttled
+ * authentication. */
+#define AUTH_GOOD 8
+#define AUTH_PEERS 256
+
+struct gconn;
+
+struct auth_peer {
+	struct sockaddr_storage addr;
+	unsigned int failures;
+	uint64_t until;			/* no check before */
+	uint64_t last;			/* failed last at */
+};
+
+struct guard {
+	pthread_mutex_t lock;		/* everything below */
+	pthread_cond_t wake;
+	pthread_t reaper;
+	bool started, stop;
+	struct gconn *conns;
+	atomic_uint_fast64_t late;	/* shut down: no request head in time */
+	atomic_uint_fast64_t evicted;	/* shut down for a newcomer */
+	atomic_uint_fast64_t refused;	/* newcomers shut down: no room */
+	atomic_uint_fast64_t throttled;	/* authentication not even tried */
+	pthread_mutex_t check_lock;	/* one bcrypt check at a time */
+	struct {
+		char *user, *pass;	/* a pair that passed */
+	} good[AUTH_GOOD];
+	unsigned int next_good;
+	struct auth_peer peers[AUTH_PEERS];
+	uint64_t budget_at;		/* of the host-wide check budget */
+};
+
+enum auth_result {
+	AUTH_OK,
+	AUTH_DENIED,
+	AUTH_THROTTLED,
+};
+
 struct server {
 	struct cli *cli;
 	struct serve_opts o;
@@ -114,6 +154,7 @@ struct server {
 	atomic_uint_fast64_t denied;	/* requests refused: authentication */
 	char *landing;
 	struct planner plan;
+	struct guard guard;
 };
 
 static inline uint64_t now_ns(void)
@@ -133,5 +174,19 @@ void plan_metrics(struct server *s, struct prom_buf *b, enum prom_format f);
 
 /* serve_http.c */
 int start_http(struct server *s);
+
+/* serve_guard.c */
+void guard_init(struct guard *g);
+int guard_start(struct server *s);
+void guard_free(struct guard *g);
+unsigned int guard_mhd_limit(const struct server *s);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: server). */
+void guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
+		  enum MHD_ConnectionNotificationCode what);
+/* A request head is complete (@answering), or its answer is done. */
+void guard_request(struct server *s, struct MHD_Connection *conn, bool answering);
+/* Basic auth of @user:@pass, throttled; *wait_s when AUTH_THROTTLED. */
+enum auth_result guard_auth(struct server *s, struct MHD_Connection *conn,
+			    const char *user, const char *pass, unsigned int *wait_s);
 
 #endif

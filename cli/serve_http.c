@@ -87,12 +87,24 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 	prom_sample_u64(b, "kvmstats_scrapes_total", "format=\"openmetrics\"",
 			s->scrapes[PROM_OPENMETRICS]);
 	prom_family(b, f, "kvmstats_requests_refused", "counter", NULL,
-		    "Requests refused: busy (every exposition buffer in use) or "
-		    "unauthorized");
+		    "Requests refused: busy (every exposition buffer in use), "
+		    "unauthorized, or throttled (too many failed logins)");
 	prom_sample_u64(b, "kvmstats_requests_refused_total", "reason=\"busy\"",
 			atomic_load(&s->busy));
 	prom_sample_u64(b, "kvmstats_requests_refused_total", "reason=\"unauthorized\"",
 			atomic_load(&s->denied));
+	prom_sample_u64(b, "kvmstats_requests_refused_total", "reason=\"throttled\"",
+			atomic_load(&s->guard.throttled));
+	prom_family(b, f, "kvmstats_connections_closed", "counter", NULL,
+		    "Connections the exporter closed: no request head within 5 s "
+		    "(late), let go for a newcomer when the slots were full "
+		    "(evicted), or refused for want of a slot (refused)");
+	prom_sample_u64(b, "kvmstats_connections_closed_total", "reason=\"late\"",
+			atomic_load(&s->guard.late));
+	prom_sample_u64(b, "kvmstats_connections_closed_total", "reason=\"evicted\"",
+			atomic_load(&s->guard.evicted));
+	prom_sample_u64(b, "kvmstats_connections_closed_total", "reason=\"refused\"",
+			atomic_load(&s->guard.refused));
 	prom_family(b, f, "kvmstats_stale_responses", "counter", NULL,
 		    "Requests given the previous exposition (at most --timeout "
 		    "seconds old) because every exposition buffer was being sent");
@@ -346,23 +358,25 @@ static enum MHD_Result serve_landing(struct server *s, struct MHD_Connection *c)
 	return ret;
 }
 
-/* Basic auth, when the web config lists users. */
-static bool authorized(struct server *s, struct MHD_Connection *c)
+/* Basic auth, when the web config lists users: throttled (serve_guard.c). */
+static enum auth_result authorized(struct server *s, struct MHD_Connection *c,
+				   unsigned int *wait_s)
 {
+	enum auth_result res = AUTH_DENIED;
 	char *user, *pass = NULL;
-	bool ok;
 
 	if (!s->have_web || !web_config_auth(&s->web))
-		return true;
+		return AUTH_OK;
 	user = MHD_basic_auth_get_username_password(c, &pass);
-	ok = user && pass && web_auth_check(&s->web, user, pass);
+	if (user && pass)
+		res = guard_auth(s, c, user, pass, wait_s);
 	if (pass) {
 		explicit_bzero(pass, strlen(pass));
 		MHD_free(pass);
 	}
 	if (user)
 		MHD_free(user);
-	return ok;
+	return res;
 }
 
 static enum MHD_Result deny(struct server *s, struct MHD_Connection *c)
@@ -381,6 +395,26 @@ static enum MHD_Result deny(struct server *s, struct MHD_Connection *c)
 	return ret;
 }
 
+/* Too many failed logins from this address, or from all of them. */
+static enum MHD_Result throttle(struct server *s, struct MHD_Connection *c,
+				unsigned int wait_s)
+{
+	static const char text[] = "too many failed logins: try again later\n";
+	struct MHD_Response *resp = MHD_create_response_from_buffer(
+		sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+	char after[16];
+
+	if (!resp)
+		return MHD_NO;
+	snprintf(after, sizeof(after), "%u", wait_s);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, after);
+	add_headers(s, resp);
+	ret = MHD_queue_response(c, MHD_HTTP_TOO_MANY_REQUESTS, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 /* Per request: when it arrived and how much body it sent. */
 struct request {
 	uint64_t arrived;
@@ -394,6 +428,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 {
 	struct server *s = cls;
 	struct request *rq = *con_cls;
+	unsigned int wait_s = 0;
 
 	(void)version;
 	(void)upload;
@@ -409,6 +444,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 			return MHD_NO;
 		rq->arrived = now_ns();
 		*con_cls = rq;
+		guard_request(s, c, true);
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -417,8 +453,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		/* A GET with a body is odd; a big one is an attack. */
 		return rq->body > MAX_BODY ? MHD_NO : MHD_YES;
 	}
-	if (!authorized(s, c))
+	switch (authorized(s, c, &wait_s)) {
+	case AUTH_DENIED:
 		return deny(s, c);
+	case AUTH_THROTTLED:
+		return throttle(s, c, wait_s);
+	case AUTH_OK:
+		break;
+	}
 	if (!strcmp(url, s->o.path))
 		return serve_metrics(s, c, rq->arrived);
 	if (!strcmp(url, "/"))
@@ -429,9 +471,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode code)
 {
-	(void)cls;
-	(void)c;
 	(void)code;
+	/* Kept alive, it waits for its next head: under the deadline again. */
+	guard_request(cls, c, false);
 	free(*con_cls);
 	*con_cls = NULL;
 }
@@ -480,8 +522,9 @@ int start_http(struct server *s)
 		flags, 0, NULL, NULL, on_request, s,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 		MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-		MHD_OPTION_CONNECTION_LIMIT, s->o.max_conn,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_conn_ip,
+		/* Connection slots are serve_guard.c's to hand out. */
+		MHD_OPTION_CONNECTION_LIMIT, guard_mhd_limit(s),
+		MHD_OPTION_NOTIFY_CONNECTION, guard_notify, s,
 		MHD_OPTION_CONNECTION_TIMEOUT, s->o.timeout_s,
 		/* Request line and headers must fit in 16 KiB (a
 		 * Prometheus scrape sends well under 1 KiB). */
