@@ -34,16 +34,19 @@ struct ks_thread {
 	bool mask_changed;	/* restore the signal mask at release */
 	int resend_sig;		/* a stop signal that came while we held it */
 	uint64_t call_insn;	/* where the running call was started */
+	long call_nr;		/* and which call it is */
 	uint64_t mask;		/* its signal mask when interrupted */
 	uint64_t since_ns;	/* when it was interrupted */
 	struct user_regs_struct regs;	/* its registers when interrupted */
 };
 
-/* Seize @tid and wait until it stops (polling for at most @timeout_ns,
- * then blocked as long as it takes: a seized thread cannot be let go
- * before it stops; UINT64_MAX blocks at once, which wakes fastest). 0, or
- * -EPERM (traced by someone else, or no permission), -ESRCH (gone),
- * -EBUSY (its process is being stopped by a signal: let go again). */
+/* Seize @tid and wait until it stops, polling for at most @timeout_ns
+ * (UINT64_MAX: blocked as long as it takes). 0, or -EPERM (traced by
+ * someone else, or no permission), -ESRCH (gone), -EBUSY (its process is
+ * being stopped by a signal: let go again), -ETIMEDOUT (not stopped in
+ * time: it cannot be let go until it stops, which the thread that seized
+ * it may wait for with ks_thread_let_go(), or forgo by exiting: the
+ * kernel then detaches it, and it never stops for us). */
 int ks_thread_hold(struct ks_thread *t, pid_t tid, uint64_t timeout_ns);
 
 /* Does the held thread sit in system call @nr with first arguments @a0
@@ -73,10 +76,55 @@ int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
 		   unsigned long a0, unsigned long a1, unsigned long a2,
 		   long *ret);
 
+/* A call that does not return in time: interrupt it. An interruptible
+ * wait ends (the call returns, or is set to be restarted, which is then
+ * undone) and the thread stops: 0 when the call had returned (its result
+ * in *ret), -EINTR when it had not (the thread is held, and released as
+ * usual), -ETIMEDOUT when the thread did not stop within @timeout_ns (a
+ * wait not even a signal ends: still IN_CALL), another -errno. */
+int ks_thread_call_cancel(struct ks_thread *t, uint64_t timeout_ns, long *ret);
+
 /* Put the registers and signal mask back (restarting the system call it
  * was interrupted in, as the kernel does) and let the thread go. Waits
  * for a call still running or a stop still coming, however long that
  * takes. Returns how long the thread was held, in ns (0 if never). */
 uint64_t ks_thread_release(struct ks_thread *t);
+/* The same, waiting at most @timeout_ns (0: not at all) for the call or
+ * the stop: 0 when let go, -ETIMEDOUT when not (still IN_CALL or
+ * STOPPING). */
+int ks_thread_let_go(struct ks_thread *t, uint64_t timeout_ns);
+
+/* ---- a tracer thread of our own, and what it takes (attach_tracer.c) */
+
+#define KS_MAX_LEFT 32
+
+/* What a pass could not finish in time: threads not let go (never
+ * stopped, or still in a call of ours) and fds to close once every thread
+ * is let go. */
+struct ks_leftovers {
+	struct ks_thread t[KS_MAX_LEFT];
+	size_t n;
+	int fds[KS_MAX_LEFT];
+	size_t nfds;
+};
+
+/* Run @fn in a thread of its own, which is then the tracer of every
+ * thread @fn holds, and wait for it. What @fn leaves in @lo is finished
+ * after: threads that never stopped are let go by that thread's exit (the
+ * kernel detaches them: they never stop for us); threads still in a call
+ * of ours, and the fds, in the background, while the caller goes on. */
+void ks_run_traced(void (*fn)(void *arg, struct ks_leftovers *lo), void *arg);
+/* Hand @t (when not FREE; it is FREE for the caller after) or @fd over
+ * to the tracer. A KVM_GET_STATS_FD @t is still in is followed by a close
+ * of the fd it makes. */
+void ks_leave(struct ks_leftovers *lo, struct ks_thread *t);
+void ks_leave_fd(struct ks_leftovers *lo, int fd);
+
+/* Is @fd (ours) KVM's stats fd of a VM (@vcpu < 0) or of vCPU @vcpu: a
+ * file of the anon inode file system named "kvm-vm-stats" or
+ * "kvm-vcpu-stats:VCPU"? 0, or -EBADF with the reason in @why. */
+int ks_verify_stats_fd(int fd, int vcpu, char *why, size_t why_sz);
+/* The same, of fd @fd in process @pid, by its /proc name only. */
+bool ks_remote_is_stats(pid_t pid, int fd, int vcpu);
 
 #endif
