@@ -146,6 +146,11 @@ void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	      size_t len, int width);
 
+/* Drop every capability but the @n in @keep (CAP_*), bounding set
+ * included, and set no_new_privs (caps.c). 0, or -1 when the kernel
+ * refused. */
+int caps_keep_only(const int *keep, size_t n);
+
 /* Why reading a log (kvmstats_log_reader__next()) stopped, @err < 0. */
 const char *log_strerror(int err);
 

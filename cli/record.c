@@ -10,12 +10,15 @@
  * of an absolute schedule. Signals only set flags: SIGINT/SIGTERM stop
  * after the current sample, SIGHUP reopens the files (for logrotate).
  */
+#include <cap-ng.h>
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -635,6 +638,43 @@ static int open_writer(struct rec *r)
 	return 0;
 }
 
+/* Does writing in the directory of @path (rotation, a reopen after
+ * logrotate) need CAP_DAC_OVERRIDE: is it not ours? */
+static bool dir_not_ours(const char *path)
+{
+	char *copy = path ? strdup(path) : NULL;
+	struct stat st;
+	bool not_ours;
+
+	if (!path)
+		return false;
+	not_ours = !copy || stat(dirname(copy), &st) || st.st_uid != geteuid();
+	free(copy);
+	return not_ours;
+}
+
+/*
+ * Capabilities. Once the host is scanned and the files are open, record
+ * keeps what its refreshes need and nothing else (as serve does):
+ * CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, for the fd and attach sources
+ * (listing another user's /proc/PID/fd, pidfd_getfd(), ptrace), and
+ * CAP_DAC_OVERRIDE only where it is needed: to connect to the QMP socket
+ * of another user's QEMU (the qmp source, which auto may pick), and to
+ * create files in an output directory that is not ours (rotation, a
+ * reopen after logrotate). libvirt's read-only socket and debugfs (as
+ * uid 0) need none.
+ */
+static void drop_caps(struct rec *r)
+{
+	int keep[3] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE };
+	bool qmp = !r->a.source || !strcmp(r->a.source, "auto") ||
+		   !strcmp(r->a.source, "qmp") || r->a.qmp;
+	bool files = dir_not_ours(r->output) || dir_not_ours(r->log_file);
+
+	if (caps_keep_only(keep, qmp || files ? 3 : 2))
+		cli_warn(r->cli, "could not drop capabilities");
+}
+
 static int finish(struct rec *r)
 {
 	uint64_t dropped = 0, samples = 0;
@@ -821,6 +861,7 @@ int cmd_record(struct cli *cli, int argc, char **argv)
 		goto out;
 	if (!r.nsel)
 		cli_warn(cli, "no VM to record yet; VMs that start will be picked up");
+	drop_caps(&r);
 	install_signals();
 	ret = run(&r);
 	if (finish(&r) != EXIT_OK)

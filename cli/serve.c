@@ -43,7 +43,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <termios.h>
@@ -232,29 +231,8 @@ static void drop_caps(struct server *s)
 {
 	static const int keep[] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH,
 				    CAP_CHECKPOINT_RESTORE };
-	int nkeep = s->o.plan.interval_s ? 3 : 2;
-	bool setpcap;
 
-	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-	capng_get_caps_process();
-	setpcap = capng_have_capability(CAPNG_EFFECTIVE, CAP_SETPCAP);
-	if (capng_have_capabilities(CAPNG_SELECT_CAPS) == CAPNG_NONE && !setpcap)
-		return;	/* an unprivileged run: nothing to give up */
-	{
-		bool had[3];
-
-		for (int i = 0; i < nkeep; i++)
-			had[i] = capng_have_capability(CAPNG_PERMITTED, keep[i]);
-		capng_clear(CAPNG_SELECT_BOTH);
-		for (int i = 0; i < nkeep; i++)
-			if (had[i])
-				capng_update(CAPNG_ADD, CAPNG_EFFECTIVE | CAPNG_PERMITTED,
-					     keep[i]);
-		for (int i = 0; i < nkeep; i++)
-			if (had[i])
-				capng_update(CAPNG_ADD, CAPNG_BOUNDING_SET, keep[i]);
-	}
-	if (capng_apply(setpcap ? CAPNG_SELECT_BOTH : CAPNG_SELECT_CAPS))
+	if (caps_keep_only(keep, s->o.plan.interval_s ? 3 : 2))
 		cli_warn(s->cli, "could not drop capabilities");
 }
 
