@@ -24,10 +24,11 @@
  *   scraper's own address, churns only through its own. When none can
  *   go, the new one is on probation: it is refused unless its head
  *   arrives within PROBATION_MS.
- * - A wrong password costs a bcrypt check (0.2 s of CPU): after a failure
- *   an address waits, doubling up to AUTH_MAX_WAIT_S, before its next
- *   check, all addresses together get AUTH_CHECKS_PER_S checks a second,
- *   one at a time, and a pair that passed once is not checked again.
+ * - A wrong password costs a bcrypt check (0.2 s of CPU): after a few
+ *   failures an address waits, doubling up to AUTH_MAX_WAIT_S, before its
+ *   next check, all addresses together get AUTH_CHECKS_PER_S checks a
+ *   second (AUTH_BURST at once), one at a time, and a pair that passed
+ *   once is not checked again.
  *
  * A connection is shut down (shutdown(2)) and libmicrohttpd closes it in
  * its own thread; it tells us (NOTIFY_CLOSED) before it closes the
@@ -57,10 +58,13 @@
  * closed yet. */
 #define MHD_SLACK 32
 #define REAP_EVERY_MS 100
+/* Failures an address may have checked at once (typos), before it waits
+ * AUTH_FIRST_WAIT_MS, doubling at each failure up to AUTH_MAX_WAIT_S. */
+#define AUTH_FREE_FAILURES 4
 #define AUTH_MAX_WAIT_S 30
 #define AUTH_FIRST_WAIT_MS 250
 #define AUTH_CHECKS_PER_S 2
-#define AUTH_BURST 4
+#define AUTH_BURST 8
 
 #define NS_PER_S 1000000000ull
 
@@ -439,12 +443,15 @@ static void failed(struct auth_peer *p, uint64_t now)
 	uint64_t wait = (uint64_t)AUTH_FIRST_WAIT_MS * 1000000ull;
 
 	p->failures++;
-	for (unsigned int i = 1; i < p->failures && wait < AUTH_MAX_WAIT_S * NS_PER_S; i++)
+	p->last = now;
+	if (p->failures <= AUTH_FREE_FAILURES)
+		return;
+	for (unsigned int i = AUTH_FREE_FAILURES + 1;
+	     i < p->failures && wait < AUTH_MAX_WAIT_S * NS_PER_S; i++)
 		wait *= 2;
 	if (wait > AUTH_MAX_WAIT_S * NS_PER_S)
 		wait = AUTH_MAX_WAIT_S * NS_PER_S;
 	p->until = now + wait;
-	p->last = now;
 }
 
 enum auth_result guard_auth(struct server *s, struct MHD_Connection *conn,
@@ -476,7 +483,9 @@ enum auth_result guard_auth(struct server *s, struct MHD_Connection *conn,
 	pthread_mutex_lock(&g->lock);
 	if (ok)
 		remember_good(g, user, pass);
-	else if (c)
+	if (ok && c && (p = peer_find(g, &c->addr)))
+		memset(p, 0, sizeof(*p));
+	else if (!ok && c)
 		failed(peer_of(g, &c->addr), now_ns());
 	pthread_mutex_unlock(&g->lock);
 	return ok ? AUTH_OK : AUTH_DENIED;
