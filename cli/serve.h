@@ -89,7 +89,6 @@ struct result {
 
 /* serve_guard.c: connection slots, the request head deadline, throttled
  * authentication. */
-#define AUTH_GOOD 8
 #define AUTH_PEERS 256
 
 struct gconn;
@@ -112,10 +111,6 @@ struct guard {
 	atomic_uint_fast64_t refused;	/* newcomers shut down: no room */
 	atomic_uint_fast64_t throttled;	/* authentication not even tried */
 	pthread_mutex_t check_lock;	/* one bcrypt check at a time */
-	struct {
-		char *user, *pass;	/* a pair that passed */
-	} good[AUTH_GOOD];
-	unsigned int next_good;
 	struct auth_peer peers[AUTH_PEERS];
 	uint64_t budget_at;		/* of the host-wide check budget */
 };

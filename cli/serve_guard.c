@@ -27,8 +27,8 @@
  * - A wrong password costs a bcrypt check (0.2 s of CPU): after a few
  *   failures an address waits, doubling up to AUTH_MAX_WAIT_S, before its
  *   next check, all addresses together get AUTH_CHECKS_PER_S checks a
- *   second (AUTH_BURST at once), one at a time, and a pair that passed
- *   once is not checked again.
+ *   second (AUTH_BURST at once), one at a time; a password that passed
+ *   is checked again against webconfig.c's cheap digest of it only.
  *
  * A connection is shut down (shutdown(2)) and libmicrohttpd closes it in
  * its own thread; it tells us (NOTIFY_CLOSED) before it closes the
@@ -339,57 +339,12 @@ void guard_free(struct guard *g)
 		pthread_mutex_unlock(&g->lock);
 		pthread_join(g->reaper, NULL);
 	}
-	for (int i = 0; i < AUTH_GOOD; i++) {
-		if (g->good[i].pass)
-			explicit_bzero(g->good[i].pass, strlen(g->good[i].pass));
-		free(g->good[i].user);
-		free(g->good[i].pass);
-	}
 	pthread_cond_destroy(&g->wake);
 	pthread_mutex_destroy(&g->check_lock);
 	pthread_mutex_destroy(&g->lock);
 }
 
 /* ---- authentication ------------------------------------------------------- */
-
-/* Equal strings, in a time that does not tell where they differ. */
-static bool same_secret(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la && i < lb; i++)
-		d |= (unsigned char)(a[i] ^ b[i]);
-	return !d;
-}
-
-static bool known_good(const struct guard *g, const char *user, const char *pass)
-{
-	bool ok = false;
-
-	for (int i = 0; i < AUTH_GOOD; i++)
-		if (g->good[i].user && !strcmp(g->good[i].user, user))
-			ok |= same_secret(g->good[i].pass, pass);
-	return ok;
-}
-
-static void remember_good(struct guard *g, const char *user, const char *pass)
-{
-	int slot = g->next_good++ % AUTH_GOOD;
-	char *u = strdup(user), *p = strdup(pass);
-
-	if (!u || !p) {
-		free(u);
-		free(p);
-		return;
-	}
-	if (g->good[slot].pass)
-		explicit_bzero(g->good[slot].pass, strlen(g->good[slot].pass));
-	free(g->good[slot].user);
-	free(g->good[slot].pass);
-	g->good[slot].user = u;
-	g->good[slot].pass = p;
-}
 
 /* The failure record of @addr, or NULL. */
 static struct auth_peer *peer_find(struct guard *g, const struct sockaddr_storage *addr)
@@ -463,11 +418,10 @@ enum auth_result guard_auth(struct server *s, struct MHD_Connection *conn,
 	uint64_t now = now_ns();
 	bool ok;
 
-	pthread_mutex_lock(&g->lock);
-	if (known_good(g, user, pass)) {
-		pthread_mutex_unlock(&g->lock);
+	/* A scraper's every request: its password passed already. */
+	if (web_auth_cached(&s->web, user, pass))
 		return AUTH_OK;
-	}
+	pthread_mutex_lock(&g->lock);
 	if (c)
 		p = peer_find(g, &c->addr);
 	if (!may_check(g, p, now, wait_s)) {
@@ -481,8 +435,6 @@ enum auth_result guard_auth(struct server *s, struct MHD_Connection *conn,
 	ok = web_auth_check(&s->web, user, pass);
 	pthread_mutex_unlock(&g->check_lock);
 	pthread_mutex_lock(&g->lock);
-	if (ok)
-		remember_good(g, user, pass);
 	if (ok && c && (p = peer_find(g, &c->addr)))
 		memset(p, 0, sizeof(*p));
 	else if (!ok && c)

@@ -97,6 +97,8 @@ for i in 1 2 3; do
 	code=$(curl -s --interface 127.0.0.9 --max-time 10 -u prom:secret -o /dev/null -w '%{http_code}' "http://$ADDR/metrics")
 done
 check "and again, without waiting ($code)" test "$code" = 200
+code=$(curl -s --max-time 10 -u prom:secret -o /dev/null -w '%{http_code}' "http://$ADDR/metrics")
+check "a password that passed is served even from the waiting address ($code)" test "$code" = 200
 curl -s --interface 127.0.0.9 -u prom:secret "http://$ADDR/metrics" >"$TMP/m.txt"
 check "kvmstats_requests_refused_total counts throttled requests" \
 	grep -Eq '^kvmstats_requests_refused_total\{reason="throttled"\} [1-9]' "$TMP/m.txt"
