@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * The attach source's safety net (see inject.h): a thread of our own that
- * holds the VMM's threads, so that none is ever left stopped, and the
- * check that an fd taken from a VMM is the stats fd it claims to be.
+ * holds the VMM's threads, so that none is ever left stopped.
  *
  * A seized thread can be let go (PTRACE_DETACH) only once it has stopped,
  * and one in a wait nothing wakes (disk, FUSE, a vfork) may not stop for
@@ -18,19 +17,15 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "inject.h"
 #include "internal.h"
 
-#define ANON_INODE_FS_MAGIC 0x09041934
 /* The background wait for a stuck call: 1 ms, doubling to 100 ms. */
 #define FINISH_POLL_MAX_NS 100000000ull
 
@@ -57,25 +52,9 @@ void ks_leave(struct ks_leftovers *lo, struct ks_thread *t)
 	t->state = KS_THREAD_FREE;
 }
 
-void ks_leave_fd(struct ks_leftovers *lo, int fd)
-{
-	struct statfs sf;
-
-	/* An anon inode has no flush to block in: closed at once. Anything
-	 * else (a FUSE file a hostile VMM put there) is closed once every
-	 * thread is let go, so that no VMM thread waits on it. */
-	if (lo->nfds == KS_MAX_LEFT || (!fstatfs(fd, &sf) && sf.f_type == ANON_INODE_FS_MAGIC)) {
-		close(fd);
-		return;
-	}
-	lo->fds[lo->nfds++] = fd;
-}
-
 /* Does anything keep the tracer alive after the pass? */
 static bool needs_background(const struct ks_leftovers *lo)
 {
-	if (lo->nfds)
-		return true;
 	for (size_t i = 0; i < lo->n; i++)
 		if (lo->t[i].state == KS_THREAD_IN_CALL)
 			return true;
@@ -99,9 +78,6 @@ static void finish_leftovers(struct ks_leftovers *lo)
 {
 	uint64_t pause = 1000000;
 
-	for (size_t i = 0; i < lo->nfds; i++)
-		close(lo->fds[i]);
-	lo->nfds = 0;
 	while (needs_background(lo)) {
 		struct timespec ts = { 0, (long)pause };
 
@@ -157,8 +133,6 @@ void ks_run_traced(void (*fn)(void *arg, struct ks_leftovers *lo), void *arg)
 		fn(arg, &lo);
 		for (size_t i = 0; i < lo.n; i++)
 			ks_thread_release(&lo.t[i]);
-		for (size_t i = 0; i < lo.nfds; i++)
-			close(lo.fds[i]);
 		return;
 	}
 	pthread_mutex_init(&tr.lock, NULL);
@@ -177,59 +151,4 @@ void ks_run_traced(void (*fn)(void *arg, struct ks_leftovers *lo), void *arg)
 	}
 	pthread_cond_destroy(&tr.done_cond);
 	pthread_mutex_destroy(&tr.lock);
-}
-
-/* ---- is it a stats fd? --------------------------------------------- */
-
-/* "anon_inode:kvm-vm-stats" for a VM (@vcpu < 0), else
- * "anon_inode:kvm-vcpu-stats:VCPU": what KVM names them. */
-static bool stats_name(const char *link, int vcpu)
-{
-	char want[64];
-
-	if (vcpu < 0)
-		return !strcmp(link, "anon_inode:kvm-vm-stats");
-	snprintf(want, sizeof(want), "anon_inode:kvm-vcpu-stats:%d", vcpu);
-	return !strcmp(link, want);
-}
-
-static ssize_t link_of(const char *path, char *buf, size_t len)
-{
-	ssize_t n = readlink(path, buf, len - 1);
-
-	if (n >= 0)
-		buf[n] = 0;
-	return n;
-}
-
-int ks_verify_stats_fd(int fd, int vcpu, char *why, size_t why_sz)
-{
-	char path[64], link[256];
-	struct statfs sf;
-	struct stat st;
-
-	if (fstat(fd, &st) || fstatfs(fd, &sf)) {
-		ks_err(why, why_sz, "cannot look at it: %s", strerror(errno));
-		return -errno;
-	}
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	if (link_of(path, link, sizeof(link)) < 0)
-		snprintf(link, sizeof(link), "?");
-	/* KVM's stats fds are files of the anon inode file system, named
-	 * after what they read; nothing else can be named so. */
-	if ((st.st_mode & S_IFMT) || sf.f_type != ANON_INODE_FS_MAGIC ||
-	    !stats_name(link, vcpu)) {
-		ks_err(why, why_sz, "it is not a KVM %s stats fd but \"%.120s\"",
-		       vcpu < 0 ? "VM" : "vCPU", link);
-		return -EBADF;
-	}
-	return 0;
-}
-
-bool ks_remote_is_stats(pid_t pid, int fd, int vcpu)
-{
-	char path[64], link[256];
-
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
-	return link_of(path, link, sizeof(link)) > 0 && stats_name(link, vcpu);
 }

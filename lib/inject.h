@@ -99,32 +99,21 @@ int ks_thread_let_go(struct ks_thread *t, uint64_t timeout_ns);
 #define KS_MAX_LEFT 32
 
 /* What a pass could not finish in time: threads not let go (never
- * stopped, or still in a call of ours) and fds to close once every thread
- * is let go. */
+ * stopped, or still in a call of ours). */
 struct ks_leftovers {
 	struct ks_thread t[KS_MAX_LEFT];
 	size_t n;
-	int fds[KS_MAX_LEFT];
-	size_t nfds;
 };
 
 /* Run @fn in a thread of its own, which is then the tracer of every
  * thread @fn holds, and wait for it. What @fn leaves in @lo is finished
  * after: threads that never stopped are let go by that thread's exit (the
  * kernel detaches them: they never stop for us); threads still in a call
- * of ours, and the fds, in the background, while the caller goes on. */
+ * of ours in the background, while the caller goes on. */
 void ks_run_traced(void (*fn)(void *arg, struct ks_leftovers *lo), void *arg);
-/* Hand @t (when not FREE; it is FREE for the caller after) or @fd over
- * to the tracer. A KVM_GET_STATS_FD @t is still in is followed by a close
- * of the fd it makes. */
+/* Hand @t (when not FREE; it is FREE for the caller after) over to the
+ * tracer. A KVM_GET_STATS_FD @t is still in is followed by a close of the
+ * fd it makes. */
 void ks_leave(struct ks_leftovers *lo, struct ks_thread *t);
-void ks_leave_fd(struct ks_leftovers *lo, int fd);
-
-/* Is @fd (ours) KVM's stats fd of a VM (@vcpu < 0) or of vCPU @vcpu: a
- * file of the anon inode file system named "kvm-vm-stats" or
- * "kvm-vcpu-stats:VCPU"? 0, or -EBADF with the reason in @why. */
-int ks_verify_stats_fd(int fd, int vcpu, char *why, size_t why_sz);
-/* The same, of fd @fd in process @pid, by its /proc name only. */
-bool ks_remote_is_stats(pid_t pid, int fd, int vcpu);
 
 #endif

@@ -440,8 +440,8 @@ static int call_site(struct pass *ps, struct ks_thread *x, uint64_t *insn)
 	return 0;
 }
 
-/* Is the fd we took what job @j asked for? If not, it is put away (see
- * ks_leave_fd()) and the reason said. */
+/* Is the fd we took what job @j asked for? If not, it is dropped (see
+ * ks_drop_fd()) and the reason said. */
 static int verify(struct pass *ps, struct job *j, long rfd)
 {
 	char why[200];
@@ -450,7 +450,7 @@ static int verify(struct pass *ps, struct job *j, long rfd)
 	if (!err)
 		return 0;
 	note(ps, err, "fd %ld the VMM returned: %s", rfd, why);
-	ks_leave_fd(ps->lo, j->stats_fd);
+	ks_drop_fd(j->stats_fd);
 	j->stats_fd = -1;
 	return err;
 }

@@ -24,6 +24,7 @@
 
 #include "unit.h"
 #include "../../lib/inject.h"
+#include "../../lib/internal.h"
 
 #ifndef KVM_GET_STATS_FD
 #define KVM_GET_STATS_FD _IO(KVMIO, 0xce)
