@@ -274,8 +274,10 @@ static void add_headers(struct server *s, struct MHD_Response *resp)
 					s->web.headers[i].value);
 }
 
-static enum MHD_Result reply_text(struct server *s, struct MHD_Connection *c,
-				  unsigned int code, const char *text)
+/* A short text answer, with one more header when @name is set. */
+static enum MHD_Result reply_text_with(struct server *s, struct MHD_Connection *c,
+				       unsigned int code, const char *text,
+				       const char *name, const char *value)
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
 		strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
@@ -285,10 +287,18 @@ static enum MHD_Result reply_text(struct server *s, struct MHD_Connection *c,
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
 				"text/plain; charset=utf-8");
+	if (name)
+		MHD_add_response_header(resp, name, value);
 	add_headers(s, resp);
 	ret = MHD_queue_response(c, code, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+static enum MHD_Result reply_text(struct server *s, struct MHD_Connection *c,
+				  unsigned int code, const char *text)
+{
+	return reply_text_with(s, c, code, text, NULL, NULL);
 }
 
 static void release(void *cls)
@@ -399,20 +409,12 @@ static enum MHD_Result deny(struct server *s, struct MHD_Connection *c)
 static enum MHD_Result throttle(struct server *s, struct MHD_Connection *c,
 				unsigned int wait_s)
 {
-	static const char text[] = "too many failed logins: try again later\n";
-	struct MHD_Response *resp = MHD_create_response_from_buffer(
-		sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
-	enum MHD_Result ret;
 	char after[16];
 
-	if (!resp)
-		return MHD_NO;
 	snprintf(after, sizeof(after), "%u", wait_s);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, after);
-	add_headers(s, resp);
-	ret = MHD_queue_response(c, MHD_HTTP_TOO_MANY_REQUESTS, resp);
-	MHD_destroy_response(resp);
-	return ret;
+	return reply_text_with(s, c, MHD_HTTP_TOO_MANY_REQUESTS,
+			       "too many failed logins: try again later\n",
+			       MHD_HTTP_HEADER_RETRY_AFTER, after);
 }
 
 /* Per request: when it arrived and how much body it sent. */

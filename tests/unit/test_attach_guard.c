@@ -96,37 +96,38 @@ static void test_verify(void **state)
 	close(kvm);
 }
 
+/* /proc/PID/task/TID/@file, whole (at most @len - 1 bytes); "" if gone. */
+static const char *task_file(pid_t pid, pid_t tid, const char *file, char *buf,
+			     size_t len)
+{
+	char path[80];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", (int)pid, (int)tid, file);
+	f = fopen(path, "re");
+	if (f) {
+		n = fread(buf, 1, len - 1, f);
+		fclose(f);
+	}
+	buf[n] = 0;
+	return buf;
+}
+
 static char thread_state(pid_t pid, pid_t tid)
 {
-	char path[64], buf[512], *p;
-	FILE *f;
-	size_t n;
+	char buf[512];
+	const char *p = strrchr(task_file(pid, tid, "stat", buf, sizeof(buf)), ')');
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
 	return p && p[1] == ' ' ? p[2] : 0;
 }
 
 static long tracer_of(pid_t pid, pid_t tid)
 {
-	char path[64], buf[2048], *p;
-	FILE *f;
-	size_t n;
+	char buf[2048];
+	const char *p = strstr(task_file(pid, tid, "status", buf, sizeof(buf)),
+			       "TracerPid:");
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strstr(buf, "TracerPid:");
 	return p ? strtol(p + 10, NULL, 10) : -1;
 }
 
