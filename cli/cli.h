@@ -151,6 +151,11 @@ void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
  * refused. */
 int caps_keep_only(const int *keep, size_t n);
 
+/* A file to write, as root maybe in a shared directory (outfile.c):
+ * never through a link, created with O_EXCL, a regular file; appended to
+ * (@append) or replaced. NULL with errno (ELOOP: a link). */
+FILE *open_output(const char *path, bool append);
+
 /* Why reading a log (kvmstats_log_reader__next()) stopped, @err < 0. */
 const char *log_strerror(int err);
 

@@ -433,9 +433,10 @@ static int open_log_file(struct rec *r)
 		r->out = stdout;
 		return 0;
 	}
-	f = fopen(r->log_file, "ae");
+	f = open_output(r->log_file, true);
 	if (!f) {
-		cli_err(r->cli, "%s: %s", r->log_file, strerror(errno));
+		cli_err(r->cli, "%s: %s", r->log_file, errno == ELOOP ?
+			"is a symbolic link: refusing to write through it" : strerror(errno));
 		return -1;
 	}
 	if (r->out && r->out != stdout)

@@ -276,7 +276,7 @@ static void write_ready(struct server *s)
 	if (!s->o.ready)
 		return;
 	snprintf(tmp, sizeof(tmp), "%s.tmp", s->o.ready);
-	f = fopen(tmp, "we");
+	f = open_output(tmp, false);
 	if (!f) {
 		cli_warn(s->cli, "--ready %s: %s", s->o.ready, strerror(errno));
 		return;

@@ -73,6 +73,11 @@ check "and creates nothing where the link points" test ! -e "$TMP/made-by-root"
 ln -s "$TMP/empty" "$TMP/empty.log"
 "$KVMSTATS" record --count 1 --interval 0.01 --output "$TMP/empty.log" >/dev/null 2>&1
 check "nor writes into an empty file a link points to" test ! -s "$TMP/empty"
+# The text log (--log-file) too.
+ln -s "$TMP/made-by-root" "$TMP/text.log"
+"$KVMSTATS" record --log --log-file "$TMP/text.log" --count 1 --interval 0.01 >/dev/null 2>"$TMP/err"
+check "record --log-file LINK exits 1, says why, creates nothing" bash -c \
+	"test $? = 1 && grep -q 'text.log: is a symbolic link' '$TMP/err' && test ! -e '$TMP/made-by-root'"
 echo "not a log" >"$TMP/foreign.log"
 "$KVMSTATS" record --count 1 --interval 0.01 --output "$TMP/foreign.log" >/dev/null 2>"$TMP/err"
 check "record --output FILE of another kind exits 1, FILE untouched" \

@@ -41,7 +41,13 @@ scrapes() {
 	fi
 }
 
+# --ready FILE is written through FILE.tmp: a link planted there is
+# replaced, never written through.
+echo precious >"$TMP/victim"
+ln -s "$TMP/victim" "$TMP/main.ready.tmp"
 start_serve main || { fail "serve started"; exit 1; }
+check "--ready over a link planted at FILE.tmp: its target is untouched" \
+	test "$(cat "$TMP/victim")" = precious
 
 # 64 slow-header clients from 127.0.0.2-5 (16 each: every slot), one
 # header line every 4 s, reopening what the server closes.
