@@ -59,6 +59,24 @@ else
 	fail "serve started" "$(cat "$TMP/serve.err")"
 fi
 
+# top's screen, in tmux: the name shows escaped (raw, tmux would have run
+# its sequences: red text, a new window title, a bell).
+if command -v tmux >/dev/null; then
+	SOCK=kstn-$$
+	tmux -L "$SOCK" new-session -d -s top -x 100 -y 24 "'$KVMSTATS' top --pid $P; sleep 30"
+	for i in $(seq 50); do
+		tmux -L "$SOCK" capture-pane -p -t top >"$TMP/pane" 2>/dev/null
+		grep -qF 'EVIL' "$TMP/pane" && break
+		sleep 0.2
+	done
+	tmux -L "$SOCK" capture-pane -p -e -t top >"$TMP/pane.e" 2>/dev/null
+	check "top's screen shows the name escaped" grep -qF 'VM \x1b[31mEVIL\x1b[0m' "$TMP/pane"
+	check "and nothing of it in red" bash -c "! grep -q \$'\\e\\[31m' '$TMP/pane.e'"
+	check "nor a window title set from it" \
+		bash -c "! tmux -L '$SOCK' display-message -p -t top '#{pane_title}' | grep -q pwned"
+	tmux -L "$SOCK" kill-server 2>/dev/null
+fi
+
 # ---- dump --save never writes through a link planted in DIR ----------------
 mkdir -p "$TMP/save"
 echo precious >"$TMP/victim"
