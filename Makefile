@@ -178,7 +178,13 @@ $(O)/mkbad: tests/tools/mkbad.c $(O)/libkvmstats.a
 $(O)/mkselftest: tests/tools/mkselftest.c $(O)/libkvmstats.a
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
 
-$(O)/fuzz/fuzz_image: fuzz/fuzz_image.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
+$(O)/mklog: tests/tools/mklog.c lib/log_format.h $(O)/libkvmstats.a
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@ $(O)/libkvmstats.a $(LIB_LIBS)
+
+$(O)/slowloris: tests/tools/slowloris.c
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@
+
+$(O)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS)) \
 		-fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LIB_LIBS)
@@ -213,10 +219,10 @@ run-bench: $(BENCH_BIN)
 		$$b || exit 1; done
 
 # What the tests run: the release build, the ASan+UBSan build (in
-# build-san/), the fuzzer and the test tools.
+# build-san/), the fuzzers and the test tools.
 test-build: test-deps
-	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/fuzz/fuzz_image \
-		$(O)/tests/lifecycle_driver
+	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/mklog \
+		$(O)/slowloris $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static const char check_usage[] =
 	"[--vms N] [--vcpus M] [--file IMAGE]... [--allow-unknown] [--json] [--verbose]";
@@ -63,8 +64,8 @@ static void print_finding(const struct check *c, const char *target,
 
 	if (!err && c->cli->verbose < 0)
 		return;
-	printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", target, f->rule,
-	       f->msg);
+	printf("%-4s %s %s: %s\n", err ? "FAIL" : "warn", safe_str(target),
+	       f->rule, safe_str(f->msg));
 }
 
 /* Findings of @rule, or all of them when @rule is NULL; returns how many
@@ -95,7 +96,7 @@ static void print_dropped(const char *target, const struct kvmstats_report *r)
 		if (kvmstats_report__finding(r, i)->severity == KVMSTATS_SEV_ERROR)
 			listed++;
 	if (kvmstats_report__errors(r) > listed)
-		printf("FAIL %s: %zu more errors not listed\n", target,
+		printf("FAIL %s: %zu more errors not listed\n", safe_str(target),
 		       kvmstats_report__errors(r) - listed);
 }
 
@@ -109,7 +110,7 @@ static void print_rules(const struct check *c, const char *target,
 		if (rule->live && !live)
 			continue;
 		if (!print_findings(c, target, r, rule->name))
-			printf("ok   %s %s\n", target, rule->name);
+			printf("ok   %s %s\n", safe_str(target), rule->name);
 	}
 	/* A caller's own rule (kvmstats_report__add()) is not in the table. */
 	for (size_t i = 0; i < kvmstats_report__count(r); i++) {
@@ -186,7 +187,7 @@ static void tally(struct check *c, const char *target,
 		print_dropped(target, r);
 		if (c->cli->verbose > 0)
 			printf("%-4s %s: %d rules passed, %d failed\n",
-			       failed ? "FAIL" : "ok", target, passed, failed);
+			       failed ? "FAIL" : "ok", safe_str(target), passed, failed);
 		return;
 	}
 	struct json_object *o = json_object_new_object();

@@ -179,6 +179,19 @@ void csv_int(struct csv *c, long long v);
 void csv_empty(struct csv *c);
 void csv_end(struct csv *c);
 
+/* Drop every capability but the @n in @keep (CAP_*), bounding set
+ * included, and set no_new_privs (caps.c). 0, or -1 when the kernel
+ * refused. */
+int caps_keep_only(const int *keep, size_t n);
+
+/* A file to write, as root maybe in a shared directory (outfile.c):
+ * never through a link, created with O_EXCL, a regular file; appended to
+ * (@append) or replaced. NULL with errno (ELOOP: a link). */
+FILE *open_output(const char *path, bool append);
+
+/* Why reading a log (kvmstats_log_reader__next()) stopped, @err < 0. */
+const char *log_strerror(int err);
+
 /* ---- subcommands -------------------------------------------------- */
 int cmd_top(struct cli *cli, int argc, char **argv);
 int cmd_list(struct cli *cli, int argc, char **argv);

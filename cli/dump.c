@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static const char dump_usage[] =
 	"[--file IMAGE...]... [--save DIR] [--json|--csv] [--pretty] "
@@ -322,7 +323,7 @@ static void hist_line(const char *label, const struct reading *rd,
 
 	hist_bar(st, v, bar, sizeof(bar), 32);
 	stat_human(st, v, txt, sizeof(txt));
-	printf("  %-28s %-8s %s %s\n", kvmstats_stat__name(st), label, txt, bar);
+	printf("  %-28s %-8s %s %s\n", safe_str(kvmstats_stat__name(st)), label, txt, bar);
 }
 
 static void table_single(const char *title, const struct reading *rd)
@@ -343,7 +344,7 @@ static void table_single(const char *title, const struct reading *rd)
 			continue;
 		}
 		value_cell(rd, st, val, sizeof(val));
-		printf("  %-28s %s\n", kvmstats_stat__name(st), val);
+		printf("  %-28s %s\n", safe_str(kvmstats_stat__name(st)), val);
 	}
 }
 
@@ -369,7 +370,7 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 		kvmstats_schema__for_each(st, s) {
 			if (is_hist(st))
 				continue;
-			printf("  %-28s", kvmstats_stat__name(st));
+			printf("  %-28s", safe_str(kvmstats_stat__name(st)));
 			for (size_t i = base; i < end; i++) {
 				/* vCPUs of another schema are printed alone. */
 				if (kvmstats_reader__schema(rd[i].r) != s)
@@ -408,8 +409,8 @@ static void level_title(char *buf, size_t len, struct kvmstats_vmm *v,
 	int n;
 
 	n = snprintf(buf, len, "VM %s  pid %d  id %s  source %s",
-		     kvmstats_vmm__name(v), (int)kvmstats_vmm__pid(v),
-		     r ? kvmstats_reader__id(r) : "-", kvmstats_vmm__source(v));
+		     safe_str(kvmstats_vmm__name(v)), (int)kvmstats_vmm__pid(v),
+		     r ? safe_str(kvmstats_reader__id(r)) : "-", kvmstats_vmm__source(v));
 	if (n > 0 && (size_t)n < len && lv && lc && strcmp(lv, lc))
 		snprintf(buf + n, len - (size_t)n, " (VM stats: %s, vCPU stats: %s)",
 			 lv, lc);
@@ -428,7 +429,7 @@ static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 		table_single(title, &rd);
 	else
 		printf("%s\n  VM stats: none (%s)\n", title,
-		       kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM));
+		       safe_str(kvmstats_vm__why_none(vm, KVMSTATS_LEVEL_VM)));
 	drop(&rd);
 	if (!cr || !index)
 		goto out;
@@ -453,8 +454,8 @@ static int print_table(struct target_set *t)
 	for (size_t i = 0; i < t->nfiles; i++) {
 		struct reading rd = take(t->files[i]);
 
-		snprintf(title, sizeof(title), "File %s  id %s", t->paths[i],
-			 kvmstats_reader__id(rd.r));
+		snprintf(title, sizeof(title), "File %s  id %s", safe_str(t->paths[i]),
+			 safe_str(kvmstats_reader__id(rd.r)));
 		table_single(title, &rd);
 		drop(&rd);
 		putchar('\n');
@@ -478,7 +479,16 @@ static int save_one(struct cli *cli, int dirfd, const char *name,
 		cli_err(cli, "%s: reading image: %s", name, strerror(errno));
 		return -1;
 	}
-	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* Run as root in a directory others may write to: whatever is at
+	 * the name (an older image, or a link planted there) is replaced,
+	 * never written through. */
+	if (unlinkat(dirfd, name, 0) && errno != ENOENT) {
+		cli_err(cli, "%s: %s", name, strerror(errno));
+		free(img);
+		return -1;
+	}
+	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		    0644);
 	if (fd >= 0) {
 		n = write(fd, img, len);
 		if (close(fd) && n == (ssize_t)len)
@@ -501,9 +511,13 @@ static int save_all(struct cli *cli, struct target_set *t, const char *dir)
 		cli_err(cli, "%s: %s", dir, strerror(errno));
 		return -1;
 	}
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dirfd < 0) {
-		cli_err(cli, "%s: %s", dir, strerror(errno));
+		struct stat st;
+		bool link = !lstat(dir, &st) && S_ISLNK(st.st_mode);
+
+		cli_err(cli, "%s: %s", dir, link ?
+			"is a symbolic link: refusing to write through it" : strerror(errno));
 		return -1;
 	}
 	for (size_t i = 0; i < t->nvmms; i++) {

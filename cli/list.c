@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static const char list_usage[] = "[--json] [--pretty] [--verbose]\n       "
 	CLI_TARGET_USAGE;
@@ -248,7 +249,7 @@ static void print_table(const struct vmm_row *rows, size_t n)
 			continue;
 		row_cells(&rows[i], &c);
 		WIDEN(wp, c.pid);
-		WIDEN(wn, rows[i].name);
+		WIDEN(wn, safe_str(rows[i].name));
 		WIDEN(wm, c.mem);
 		WIDEN(ws, rows[i].source ? rows[i].source : "-");
 		WIDEN(wl, c.levels);
@@ -261,7 +262,7 @@ static void print_table(const struct vmm_row *rows, size_t n)
 			continue;
 		row_cells(&rows[i], &c);
 		printf("%*s  %-*s  %3s  %5s  %*s  %-*s  %-*s  %s\n", wp, c.pid, wn,
-		       rows[i].name, c.vms, c.vcpus, wm, c.mem, ws,
+		       safe_str(rows[i].name), c.vms, c.vcpus, wm, c.mem, ws,
 		       rows[i].source ? rows[i].source : "-", wl, c.levels,
 		       c.sources);
 	}
@@ -276,15 +277,15 @@ static void print_details(const struct vmm_row *rows, size_t n)
 		if (r->gone || !r->source)
 			continue;
 		printf("\npid %d (%s):\n  VM stats: %s\n  vCPU stats: %s\n",
-		       (int)r->pid, r->name, r->vm_source ? r->vm_source : "none",
+		       (int)r->pid, safe_str(r->name), r->vm_source ? r->vm_source : "none",
 		       r->vcpu_source ? r->vcpu_source : "none");
 		if (!r->vm_source && r->vm_why[0])
-			printf("  no VM stats because: %s\n", r->vm_why);
+			printf("  no VM stats because: %s\n", safe_str(r->vm_why));
 		if (!r->has_qmp)
 			continue;
 		printf("  QMP: socket %s, QEMU %s\n  histograms: QEMU lists "
-		       "buckets %s; %s\n", r->qmp.socket,
-		       r->qmp.qemu_version[0] ? r->qmp.qemu_version : "(version unknown)",
+		       "buckets %s; %s\n", safe_str(r->qmp.socket),
+		       r->qmp.qemu_version[0] ? safe_str(r->qmp.qemu_version) : "(version unknown)",
 		       r->qmp.hist_reversed ? "last first (put back in order)"
 					    : "in the kernel's order",
 		       !strcmp(r->qmp.hist_order_from, "kernel") ?

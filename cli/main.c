@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "prom_process.h"
+#include "sanitize.h"
 
 #ifdef HAVE_LIBVIRT
 #include <libvirt/virterror.h>
@@ -46,16 +47,19 @@ static const struct cmd cmds[] = {
 	{ "help", cmd_help, "this text" },
 };
 
-/* "kvmstats: CMD: [warning: ]message", one line. A message that names
- * its command itself ("dump: ...") does not get it twice. */
+/* "kvmstats: CMD: [warning: ]message", one line, whatever names it
+ * holds: a VMM's name or a file's stat name may carry escape sequences for
+ * the terminal, or a newline that would forge a line of ours. A message
+ * that names its command itself ("dump: ...") does not get it twice. */
 static void vmsg(const struct cli *cli, const char *tag, const char *fmt,
 		 va_list ap)
 {
 	size_t n = cli->cmd ? strlen(cli->cmd) : 0;
-	char msg[4096];
-	const char *m = msg;
+	char msg[2048], out[4096];
+	const char *m = out;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	str_escape(out, sizeof(out), msg);
 	if (!cli->cmd) {
 		fprintf(stderr, "%s: %s%s\n", cli->prog, tag, m);
 		return;
@@ -128,9 +132,12 @@ void cli_print_json(const struct cli *cli, struct json_object *o)
 		    (cli->pretty ? JSON_C_TO_STRING_PRETTY |
 					   JSON_C_TO_STRING_SPACED
 				 : JSON_C_TO_STRING_PLAIN);
+	struct json_object *clean = json_clean(o);
 
-	fputs(json_object_to_json_string_ext(o, flags), stdout);
+	fputs(json_object_to_json_string_ext(clean, flags), stdout);
 	fputc('\n', stdout);
+	if (clean != o)
+		json_object_put(clean);
 }
 
 static void usage(FILE *f, const char *prog)

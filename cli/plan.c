@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sanitize.h"
 #include "kvmstats_mem.h"
 
 static const char plan_usage[] =
@@ -674,8 +675,8 @@ static void print_row(const struct vm_row *row, int rank)
 	double share;
 
 	if (!row->p || r->error || !r->predicted) {
-		printf("%-4s %-7d %-16.16s error: %s\n", "-", (int)row->pid, row->name,
-		       row->p ? r->error_msg : row->error);
+		printf("%-4s %-7d %-16.16s error: %s\n", "-", (int)row->pid,
+		       safe_str(row->name), safe_str(row->p ? r->error_msg : row->error));
 		return;
 	}
 	e = &r->est[r->method];
@@ -693,7 +694,7 @@ static void print_row(const struct vm_row *row, int rank)
 	human_secs(r->pred.seconds, secs, sizeof(secs));
 	human_secs(r->elapsed_s, cost, sizeof(cost));
 	printf("%-4d %-7d %-16.16s %10s %-7s %5.1f%% %5.1f%% %s %12s %10s %9s %-4s %8s\n",
-	       rank, (int)r->pid, r->name, mem, kvmstats_method_str(r->method),
+	       rank, (int)r->pid, safe_str(r->name), mem, kvmstats_method_str(r->method),
 	       100 * e->coverage, 100 * share, bar, dirty, xfer, secs,
 	       r->pred.converges ? "yes" : "NO", cost);
 }
@@ -704,14 +705,15 @@ static void print_estimates(const struct vm_row *row, bool verbose)
 	const struct kvmstats_ram *ram = kvmstats_plan__ram(row->p);
 	char t[16], c[16];
 
-	printf("\npid %d %s: %zu RAM region(s) via %s%s%s\n", (int)r->pid, r->name,
-	       kvmstats_ram__count(ram), kvmstats_ram_how_str(kvmstats_ram__how(ram)),
-	       kvmstats_ram__note(ram)[0] ? " - " : "", kvmstats_ram__note(ram));
+	printf("\npid %d %s: %zu RAM region(s) via %s%s%s\n", (int)r->pid,
+	       safe_str(r->name), kvmstats_ram__count(ram),
+	       kvmstats_ram_how_str(kvmstats_ram__how(ram)),
+	       kvmstats_ram__note(ram)[0] ? " - " : "", safe_str(kvmstats_ram__note(ram)));
 	for (size_t i = 0; verbose && i < kvmstats_ram__count(ram); i++) {
 		const struct kvmstats_ram_region *g = kvmstats_ram__region(ram, i);
 
 		printf("  %" PRIx64 "-%" PRIx64 " %-22s %s\n", g->start, g->start + g->len,
-		       g->name, g->why);
+		       safe_str(g->name), safe_str(g->why));
 	}
 	printf("  %-8s %7s %-27s %8s %10s %10s  %s\n", "METHOD", "ZERO", "  (95% / bounds)",
 	       "COVERAGE", "TIME", "CPU", "NOTE");

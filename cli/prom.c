@@ -40,6 +40,7 @@
 #include <zlib.h>
 
 #include "prom.h"
+#include "sanitize.h"
 
 /* ---- buffers ------------------------------------------------------------ */
 
@@ -268,58 +269,34 @@ static size_t put_scaled(char *p, uint64_t raw, struct scale sc)
 
 /* ---- label values ---------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at @s (0 when invalid). */
-static size_t utf8_len(const unsigned char *s)
-{
-	size_t n;
-	uint32_t c;
-
-	if (s[0] < 0x80)
-		return 1;
-	if ((s[0] & 0xe0) == 0xc0)
-		n = 2, c = s[0] & 0x1f;
-	else if ((s[0] & 0xf0) == 0xe0)
-		n = 3, c = s[0] & 0x0f;
-	else if ((s[0] & 0xf8) == 0xf0)
-		n = 4, c = s[0] & 0x07;
-	else
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = (c << 6) | (s[i] & 0x3f);
-	}
-	/* Overlong forms, surrogates and values past U+10FFFF are invalid. */
-	if ((n == 2 && c < 0x80) || (n == 3 && c < 0x800) ||
-	    (n == 4 && c < 0x10000) || c > 0x10ffff ||
-	    (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	return n;
-}
-
+/* A name, escaped as every sink escapes it (sanitize.c: valid UTF-8, no
+ * control character; Prometheus rejects a whole scrape over one bad
+ * byte), then as the exposition formats want: \\ and \". */
 size_t prom_escape_label(const char *s, char *out, size_t len)
 {
-	const unsigned char *u = (const unsigned char *)s;
+	char *clean = str_clean(s) ? NULL : malloc(str_escaped_size(s));
+	const char *u = s;
 	size_t o = 0;
 
-	while (*u && o + 5 < len) {
-		size_t n = utf8_len(u);
+	if (clean) {
+		str_escape(clean, str_escaped_size(s), s);
+		u = clean;
+	}
+	/* Whole characters only: a label is cut short, never made invalid. */
+	while (*u) {
+		size_t n = utf8_seq_len((const unsigned char *)u);
+		bool quote = *u == '\\' || *u == '"';
 
-		if (!n) {
-			/* Prometheus rejects a whole scrape over one bad byte. */
-			out[o++] = '?';
-			u++;
-		} else if (*u == '\\' || *u == '"' || *u == '\n') {
+		if (o + n + quote + 1 > len)
+			break;
+		if (quote)
 			out[o++] = '\\';
-			out[o++] = *u == '\n' ? 'n' : (char)*u;
-			u++;
-		} else {
-			memcpy(out + o, u, n);
-			o += n;
-			u += n;
-		}
+		memcpy(out + o, u, n);
+		o += n;
+		u += n;
 	}
 	out[o] = 0;
+	free(clean);
 	return o;
 }
 

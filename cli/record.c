@@ -10,17 +10,21 @@
  * of an absolute schedule. Signals only set flags: SIGINT/SIGTERM stop
  * after the current sample, SIGHUP reopens the files (for logrotate).
  */
+#include <cap-ng.h>
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "kvmstats_log.h"
+#include "sanitize.h"
 
 static const char record_usage[] =
 	"--output FILE [--interval S] [--count N] [--duration S]\n"
@@ -326,7 +330,7 @@ static int choose_columns(struct rec *r)
 
 static int col_width(const struct column *c)
 {
-	int n = (int)strlen(c->name);
+	int n = (int)strlen(safe_str(c->name));
 
 	return n > 9 ? n : 9;
 }
@@ -338,13 +342,13 @@ static void print_header(struct rec *r)
 	if (r->cli->format == OUT_CSV) {
 		fputs("time", f);
 		for (size_t c = 0; c < r->ncols; c++)
-			fprintf(f, ",%s", r->cols[c].name);
+			fprintf(f, ",%s", csv_str(r->cols[c].name));
 		fputc('\n', f);
 		return;
 	}
 	fprintf(f, "%-8s", "time");
 	for (size_t c = 0; c < r->ncols; c++)
-		fprintf(f, " %*s", col_width(&r->cols[c]), r->cols[c].name);
+		fprintf(f, " %*s", col_width(&r->cols[c]), safe_str(r->cols[c].name));
 	fputc('\n', f);
 }
 
@@ -358,7 +362,7 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 	localtime_r(&t, &tm);
 	if (r->cli->format == OUT_JSON) {
 		struct json_object *o = json_object_new_object();
-		struct json_object *v = json_object_new_object();
+		struct json_object *v = json_object_new_object(), *clean;
 
 		json_object_object_add(o, "time", json_object_new_double(rt_ns / 1e9));
 		for (size_t c = 0; c < r->ncols; c++)
@@ -366,7 +370,10 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 					       r->cols[c].any ? json_object_new_double(
 									r->cols[c].value)
 							      : NULL);
-		json_object_object_add(o, r->past ? "totals" : "rates", v);
+		clean = json_clean(v);
+		if (clean != v)
+			json_object_put(v);
+		json_object_object_add(o, r->past ? "totals" : "rates", clean);
 		fprintf(f, "%s\n", json_object_to_json_string_ext(
 					   o, JSON_C_TO_STRING_PLAIN |
 						      JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -426,9 +433,10 @@ static int open_log_file(struct rec *r)
 		r->out = stdout;
 		return 0;
 	}
-	f = fopen(r->log_file, "ae");
+	f = open_output(r->log_file, true);
 	if (!f) {
-		cli_err(r->cli, "%s: %s", r->log_file, strerror(errno));
+		cli_err(r->cli, "%s: %s", r->log_file, errno == ELOOP ?
+			"is a symbolic link: refusing to write through it" : strerror(errno));
 		return -1;
 	}
 	if (r->out && r->out != stdout)
@@ -631,6 +639,43 @@ static int open_writer(struct rec *r)
 	return 0;
 }
 
+/* Does writing in the directory of @path (rotation, a reopen after
+ * logrotate) need CAP_DAC_OVERRIDE: is it not ours? */
+static bool dir_not_ours(const char *path)
+{
+	char *copy = path ? strdup(path) : NULL;
+	struct stat st;
+	bool not_ours;
+
+	if (!path)
+		return false;
+	not_ours = !copy || stat(dirname(copy), &st) || st.st_uid != geteuid();
+	free(copy);
+	return not_ours;
+}
+
+/*
+ * Capabilities. Once the host is scanned and the files are open, record
+ * keeps what its refreshes need and nothing else (as serve does):
+ * CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, for the fd and attach sources
+ * (listing another user's /proc/PID/fd, pidfd_getfd(), ptrace), and
+ * CAP_DAC_OVERRIDE only where it is needed: to connect to the QMP socket
+ * of another user's QEMU (the qmp source, which auto may pick), and to
+ * create files in an output directory that is not ours (rotation, a
+ * reopen after logrotate). libvirt's read-only socket and debugfs (as
+ * uid 0) need none.
+ */
+static void drop_caps(struct rec *r)
+{
+	int keep[3] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE };
+	bool qmp = !r->a.source || !strcmp(r->a.source, "auto") ||
+		   !strcmp(r->a.source, "qmp") || r->a.qmp;
+	bool files = dir_not_ours(r->output) || dir_not_ours(r->log_file);
+
+	if (caps_keep_only(keep, qmp || files ? 3 : 2))
+		cli_warn(r->cli, "could not drop capabilities");
+}
+
 static int finish(struct rec *r)
 {
 	uint64_t dropped = 0, samples = 0;
@@ -817,6 +862,7 @@ int cmd_record(struct cli *cli, int argc, char **argv)
 		goto out;
 	if (!r.nsel)
 		cli_warn(cli, "no VM to record yet; VMs that start will be picked up");
+	drop_caps(&r);
 	install_signals();
 	ret = run(&r);
 	if (finish(&r) != EXIT_OK)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sanitize.h"
 
 static bool is_hist(const struct kvmstats_stat *st)
 {
@@ -136,6 +137,7 @@ static void csv_sep(struct csv *c)
 void csv_field(struct csv *c, const char *s)
 {
 	csv_sep(c);
+	s = safe_str(s);	/* control characters escaped visibly */
 	if (!s[strcspn(s, ",\"\r\n")]) {
 		fputs(s, c->f);
 		return;

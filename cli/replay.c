@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "sanitize.h"
 #include "kvmstats_log.h"
 
 static const char replay_usage[] =
@@ -361,15 +362,9 @@ static void csv_entry(struct replay *r, const struct kvmstats_log_entry *e,
 	const struct prev *p = r->rates ? rate_base(r, e) : NULL;
 	const struct kvmstats_log_target *t = e->target;
 	const struct kvmstats_stat *st;
-	char name[128];
 
 	if (e->error)
 		return;
-	/* Names come from /proc comm or -name; commas would break rows. */
-	snprintf(name, sizeof(name), "%s", t->name);
-	for (char *c = name; *c; c++)
-		if (*c == ',' || *c == '"' || *c == '\n')
-			*c = '_';
 	kvmstats_schema__for_each(st, e->schema) {
 		const uint64_t *v = kvmstats_stat__values(st, e->data);
 		bool miss = is_missing(e, st);
@@ -380,10 +375,11 @@ static void csv_entry(struct replay *r, const struct kvmstats_log_entry *e,
 						   kvmstats_log_reader__time_ns(r->log) -
 							   p->time_ns);
 		for (uint32_t k = 0; k < kvmstats_stat__size(st); k++) {
-			printf("%s,%d,%s,%s,", ts, (int)t->pid, name, t->id);
+			printf("%s,%d,%s,%s,", ts, (int)t->pid, csv_str(t->name),
+			       csv_str(t->id));
 			if (t->vcpu >= 0)
 				printf("%d", t->vcpu);
-			printf(",%s,%u,", kvmstats_stat__name(st), k);
+			printf(",%s,%u,", csv_str(kvmstats_stat__name(st)), k);
 			if (!miss)
 				printf("%llu", (unsigned long long)v[k]);
 			if (r->rates) {
@@ -473,7 +469,7 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 
 static int col_width(const struct column *c)
 {
-	int n = (int)strlen(c->name);
+	int n = (int)strlen(safe_str(c->name));
 
 	return n > 9 ? n : 9;
 }
@@ -503,7 +499,7 @@ static void print_table_sample(struct replay *r)
 	if (r->lines++ % HEADER_EVERY == 0) {
 		printf("%-23s", "time");
 		for (size_t c = 0; c < r->ncols; c++)
-			printf(" %*s", col_width(&r->cols[c]), r->cols[c].name);
+			printf(" %*s", col_width(&r->cols[c]), safe_str(r->cols[c].name));
 		putchar('\n');
 	}
 	localtime_r(&t, &tm);
@@ -520,6 +516,14 @@ static void print_table_sample(struct replay *r)
 }
 
 /* ---- the loop ------------------------------------------------------- */
+
+const char *log_strerror(int err)
+{
+	/* The reader gave up on a forged or ruined file, and said why. */
+	if (err == -EBADMSG)
+		return "too damaged to read on (see the warning above)";
+	return strerror(-err);
+}
 
 static int play(struct replay *r)
 {
@@ -708,7 +712,7 @@ int cmd_replay(struct cli *cli, int argc, char **argv)
 	if (c >= 0)
 		c = play(&r);
 	if (c < 0) {
-		cli_err(cli, "%s: %s", r.path, strerror(-c));
+		cli_err(cli, "%s: %s", r.path, log_strerror(c));
 		goto out;
 	}
 	ret = EXIT_OK;

@@ -209,7 +209,7 @@ static int replay_frame(struct top_src *src, struct top_model *m)
 		if (n <= 0) {
 			if (n < 0)
 				snprintf(src->msg, sizeof(src->msg),
-					 "reading the log: %s", strerror(-n));
+					 "reading the log: %s", log_strerror(n));
 			return n;
 		}
 		t = kvmstats_log_reader__time_ns(src->log);

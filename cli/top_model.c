@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sanitize.h"
 #include "top.h"
 
 void model_init(struct top_model *m, bool include_past)
@@ -555,11 +556,12 @@ const size_t top_ncols = sizeof(top_cols) / sizeof(top_cols[0]);
 
 const char *vm_label(const struct top_vm *vm, char *buf, size_t len)
 {
+	const char *name = vm->name[0] ? safe_str(vm->name) : "?";
+
 	if (vm->multi)
-		snprintf(buf, len, "%s#%d", vm->name[0] ? vm->name : "?",
-			 vm->vm);
+		snprintf(buf, len, "%s#%d", name, vm->vm);
 	else
-		snprintf(buf, len, "%s", vm->name[0] ? vm->name : "?");
+		snprintf(buf, len, "%s", name);
 	return buf;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sanitize.h"
 #include "top.h"
 
 /* ---- text ------------------------------------------------------------ */
@@ -73,7 +74,7 @@ static void print_stat(const struct top_series *s,
 		snprintf(extra, sizeof(extra), "%s",
 			 type == KVMSTATS_TYPE_PEAK ? "(peak)" : "(level)");
 	}
-	printf("  %-30s %12s %12s %6s  %s\n", kvmstats_stat__name(st), total,
+	printf("  %-30s %12s %12s %6s  %s\n", safe_str(kvmstats_stat__name(st)), total,
 	       rate, share, extra);
 }
 
@@ -102,7 +103,7 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 		const struct top_vm *vm = m->vms[i];
 
 		printf("\nVM %s  pid %d  id %s  source %s  vcpus %zu\n",
-		       vm_label(vm, label, sizeof(label)), (int)vm->pid, vm->id,
+		       vm_label(vm, label, sizeof(label)), (int)vm->pid, safe_str(vm->id),
 		       vm->source, vm->nvcpus);
 		printf("  %-30s %12s %12s %6s\n", "stat", "total", "rate/s",
 		       "%total");

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sanitize.h"
 #include "top.h"
 
 enum view { V_LIST, V_VM, V_VCPU, V_HELP, V_COUNT };
@@ -64,7 +65,8 @@ static void open_input(struct top_ui *ui, int which);
 
 /* ---- drawing helpers ------------------------------------------------ */
 
-/* Text clipped to the screen (ASCII: names, numbers, units). */
+/* Text clipped to the screen: names (escaped here, whatever a VMM or a
+ * log put in them), numbers, units. */
 static void put(int y, int x, int attr, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
@@ -79,7 +81,7 @@ static void put(int y, int x, int attr, const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	attron(attr);
-	mvaddnstr(y, x, buf, COLS - x);
+	mvaddnstr(y, x, safe_str(buf), COLS - x);
 	attroff(attr);
 }
 
@@ -88,7 +90,7 @@ static void bar_line(int y, const char *text)
 {
 	attron(A_REVERSE);
 	mvhline(y, 0, ' ', COLS);
-	mvaddnstr(y, 0, text, COLS);
+	mvaddnstr(y, 0, safe_str(text), COLS);
 	attroff(A_REVERSE);
 }
 

@@ -467,28 +467,44 @@ static char *cheap_digest(const char *pass)
 	return hash_with(pass, salt);
 }
 
-bool web_auth_check(struct web_config *wc, const char *user, const char *pass)
+static struct web_user *user_of(struct web_config *wc, const char *user)
 {
 	struct web_user *u = NULL;
-	char *cached = NULL, *h;
-	bool ok;
 
 	for (size_t i = 0; i < wc->nusers; i++)
 		if (same(wc->users[i].name, user))
 			u = &wc->users[i];
+	return u;
+}
+
+bool web_auth_cached(struct web_config *wc, const char *user, const char *pass)
+{
+	struct web_user *u = user_of(wc, user);
+	char *cached = NULL, *h;
+	bool ok;
+
 	if (u) {
 		pthread_mutex_lock(&wc->lock);
 		cached = u->cached ? strdup(u->cached) : NULL;
 		pthread_mutex_unlock(&wc->lock);
 	}
-	if (cached) {
-		h = hash_with(pass, cached);
-		ok = h && same(h, cached);
-		wipe(h);
-		wipe(cached);
-		if (ok)
-			return true;
-	}
+	if (!cached)
+		return false;
+	h = hash_with(pass, cached);
+	ok = h && same(h, cached);
+	wipe(h);
+	wipe(cached);
+	return ok;
+}
+
+bool web_auth_check(struct web_config *wc, const char *user, const char *pass)
+{
+	struct web_user *u = user_of(wc, user);
+	char *cached, *h;
+	bool ok;
+
+	if (web_auth_cached(wc, user, pass))
+		return true;
 	/* An unknown user costs a bcrypt all the same. */
 	h = hash_with(pass, u ? u->hash : wc->users[0].hash);
 	ok = u && h && same(h, u->hash);

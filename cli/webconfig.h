@@ -55,6 +55,8 @@ static inline bool web_config_auth(const struct web_config *wc)
 /* Does this user and password match? Takes about as long for an unknown
  * user as for a wrong password. Thread safe. */
 bool web_auth_check(struct web_config *wc, const char *user, const char *pass);
+/* Only the cheap part: does @pass match the user's last good password? */
+bool web_auth_cached(struct web_config *wc, const char *user, const char *pass);
 
 /* A bcrypt hash of @pass for basic_auth_users; 0 or -errno. */
 int web_hash_password(const char *pass, char *out, size_t len);

@@ -89,20 +89,18 @@ static bool is_stop_signal(int sig)
 }
 
 /* After PTRACE_INTERRUPT: wait for the interrupt's stop, passing on any
- * signal that was already on its way to the thread. */
+ * signal that was already on its way to the thread. -ETIMEDOUT when it
+ * has not stopped by @deadline (a wait it cannot be woken from: disk,
+ * FUSE, a vfork): it stays STOPPING, and only its stop, or the exit of
+ * the thread that seized it, lets it go. */
 static int wait_interrupted(struct ks_thread *t, uint64_t deadline)
 {
 	int status, err;
 
 	for (int i = 0; i < MAX_PASSED_SIGNALS; i++) {
 		err = wait_stop(t->tid, deadline, &status);
-		if (err == -ETIMEDOUT) {
-			/* Seized threads cannot be let go while running:
-			 * the stop will come once its system call ends. */
-			deadline = 0;
-			i--;
-			continue;
-		}
+		if (err == -ETIMEDOUT)
+			return err;
 		if (err) {
 			t->state = KS_THREAD_FREE;
 			return err;
@@ -309,6 +307,7 @@ int ks_thread_call_start(struct ks_thread *t, uint64_t insn, long nr,
 		return -errno;
 	t->state = KS_THREAD_IN_CALL;
 	t->call_insn = insn;
+	t->call_nr = nr;
 	return 0;
 }
 
@@ -338,6 +337,59 @@ int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
 	int err = ks_thread_call_start(t, insn, nr, a0, a1, a2);
 
 	return err ? err : ks_thread_call_wait(t, UINT64_MAX, ret);
+}
+
+int ks_thread_call_cancel(struct ks_thread *t, uint64_t timeout_ns, long *ret)
+{
+	uint64_t deadline = deadline_in(timeout_ns);
+	struct user_regs_struct r;
+	int status, err, sig;
+
+	if (t->state != KS_THREAD_IN_CALL)
+		return -EINVAL;
+	/* Wakes an interruptible wait; the call returns (or is set to be
+	 * restarted) and the thread stops before any user instruction. */
+	if (ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL) && errno == ESRCH) {
+		t->state = KS_THREAD_FREE;
+		return -ESRCH;
+	}
+	err = wait_stop(t->tid, deadline, &status);
+	if (err == -ESRCH)
+		t->state = KS_THREAD_FREE;
+	if (err)
+		return err;
+	sig = WSTOPSIG(status);
+	t->state = KS_THREAD_STOPPED;
+	/* A stop signal on its way: sent again when we let go. */
+	if (status >> 16 != PTRACE_EVENT_STOP && is_stop_signal(sig))
+		t->resend_sig = sig;
+	if (ptrace(PTRACE_GETREGS, t->tid, NULL, &r))
+		return -errno;
+	/* Past our `syscall`: it returned. Else it is set to start again. */
+	if (r.rip != t->call_insn + 2)
+		return -EINTR;
+	*ret = (long)r.rax;
+	return 0;
+}
+
+int ks_thread_let_go(struct ks_thread *t, uint64_t timeout_ns)
+{
+	uint64_t deadline = deadline_in(timeout_ns);
+
+	/* Our call, or the stop, must come before it can be let go. */
+	while (t->state == KS_THREAD_IN_CALL) {
+		int err = wait_call_stop(t, deadline);
+
+		if (err == -ETIMEDOUT)
+			return err;
+		if (err && err != -EAGAIN && t->state == KS_THREAD_IN_CALL)
+			t->state = KS_THREAD_FREE;	/* cannot wait for it */
+	}
+	while (t->state == KS_THREAD_STOPPING)
+		if (wait_interrupted(t, deadline) == -ETIMEDOUT)
+			return -ETIMEDOUT;
+	ks_thread_release(t);
+	return 0;
 }
 
 uint64_t ks_thread_release(struct ks_thread *t)

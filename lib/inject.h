@@ -34,6 +34,7 @@ struct ks_thread {
 	bool mask_changed;	/* restore the signal mask at release */
 	int resend_sig;		/* a stop signal that came while we held it */
 	uint64_t call_insn;	/* where the running call was started */
+	long call_nr;		/* and which call it is */
 	uint64_t mask;		/* its signal mask when interrupted */
 	uint64_t since_ns;	/* when it was interrupted */
 #if defined(__x86_64__)		/* the only architecture implemented */
@@ -41,11 +42,13 @@ struct ks_thread {
 #endif
 };
 
-/* Seize @tid and wait until it stops (polling for at most @timeout_ns,
- * then blocked as long as it takes: a seized thread cannot be let go
- * before it stops; UINT64_MAX blocks at once, which wakes fastest). 0, or
- * -EPERM (traced by someone else, or no permission), -ESRCH (gone),
- * -EBUSY (its process is being stopped by a signal: let go again). */
+/* Seize @tid and wait until it stops, polling for at most @timeout_ns
+ * (UINT64_MAX: blocked as long as it takes). 0, or -EPERM (traced by
+ * someone else, or no permission), -ESRCH (gone), -EBUSY (its process is
+ * being stopped by a signal: let go again), -ETIMEDOUT (not stopped in
+ * time: it cannot be let go until it stops, which the thread that seized
+ * it may wait for with ks_thread_let_go(), or forgo by exiting: the
+ * kernel then detaches it, and it never stops for us). */
 int ks_thread_hold(struct ks_thread *t, pid_t tid, uint64_t timeout_ns);
 
 /* Does the held thread sit in system call @nr with first arguments @a0
@@ -75,10 +78,44 @@ int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
 		   unsigned long a0, unsigned long a1, unsigned long a2,
 		   long *ret);
 
+/* A call that does not return in time: interrupt it. An interruptible
+ * wait ends (the call returns, or is set to be restarted, which is then
+ * undone) and the thread stops: 0 when the call had returned (its result
+ * in *ret), -EINTR when it had not (the thread is held, and released as
+ * usual), -ETIMEDOUT when the thread did not stop within @timeout_ns (a
+ * wait not even a signal ends: still IN_CALL), another -errno. */
+int ks_thread_call_cancel(struct ks_thread *t, uint64_t timeout_ns, long *ret);
+
 /* Put the registers and signal mask back (restarting the system call it
  * was interrupted in, as the kernel does) and let the thread go. Waits
  * for a call still running or a stop still coming, however long that
  * takes. Returns how long the thread was held, in ns (0 if never). */
 uint64_t ks_thread_release(struct ks_thread *t);
+/* The same, waiting at most @timeout_ns (0: not at all) for the call or
+ * the stop: 0 when let go, -ETIMEDOUT when not (still IN_CALL or
+ * STOPPING). */
+int ks_thread_let_go(struct ks_thread *t, uint64_t timeout_ns);
+
+/* ---- a tracer thread of our own, and what it takes (attach_tracer.c) */
+
+#define KS_MAX_LEFT 32
+
+/* What a pass could not finish in time: threads not let go (never
+ * stopped, or still in a call of ours). */
+struct ks_leftovers {
+	struct ks_thread t[KS_MAX_LEFT];
+	size_t n;
+};
+
+/* Run @fn in a thread of its own, which is then the tracer of every
+ * thread @fn holds, and wait for it. What @fn leaves in @lo is finished
+ * after: threads that never stopped are let go by that thread's exit (the
+ * kernel detaches them: they never stop for us); threads still in a call
+ * of ours in the background, while the caller goes on. */
+void ks_run_traced(void (*fn)(void *arg, struct ks_leftovers *lo), void *arg);
+/* Hand @t (when not FREE; it is FREE for the caller after) over to the
+ * tracer. A KVM_GET_STATS_FD @t is still in is followed by a close of the
+ * fd it makes. */
+void ks_leave(struct ks_leftovers *lo, struct ks_thread *t);
 
 #endif

@@ -122,6 +122,16 @@ struct kvmstats_vm *ks_vmm_vm_of_fd(const struct kvmstats_vmm *v, int vm_fd);
  * the source serving only its VM stats. Freed with @v, after its VMs. */
 void ks_vmm_set_priv(struct kvmstats_vmm *v, bool vm_only, void *priv,
 		     void (*priv_free)(void *priv));
+
+/* ---- stats fds taken from a VMM (stats_fd.c) ---- */
+/* Is @fd (ours) KVM's stats fd of a VM (@vcpu < 0) or of vCPU @vcpu: a
+ * file of the anon inode file system named "kvm-vm-stats" or
+ * "kvm-vcpu-stats:VCPU"? 0, or -EBADF with the reason in @why. */
+int ks_verify_stats_fd(int fd, int vcpu, char *why, size_t why_sz);
+/* The same, of fd @fd of process @pid, by its /proc name only. */
+bool ks_remote_is_stats(pid_t pid, int fd, int vcpu);
+/* Close an fd that failed the check, never blocking the caller. */
+void ks_drop_fd(int fd);
 /* Read a small /proc file whole, NUL-terminated; bytes read or -errno. */
 ssize_t ks_read_small(const char *path, char *buf, size_t len);
 void ks_vm_free(struct kvmstats_vm *vm);

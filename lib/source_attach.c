@@ -55,10 +55,14 @@
 #endif
 
 #define MSEC 1000000ull
-/* Waiting for a stop blocks in waitpid(), which wakes as soon as the
- * thread stops; polling instead costs the held thread milliseconds on a
- * busy host. A seized thread must be waited for anyway. */
-#define HOLD_TIMEOUT_NS UINT64_MAX
+/* A thread interrupted stops within microseconds, unless it sits in a
+ * wait nothing wakes (disk, FUSE, a vfork): then it is left alone (the
+ * tracer thread's exit lets it go, see attach_tracer.c). */
+#define HOLD_TIMEOUT_NS (500 * MSEC)
+/* An injected call still running after this is interrupted; one that
+ * not even that ends is left to the tracer thread to finish. */
+#define CALL_TIMEOUT_NS (1000 * MSEC)
+#define CANCEL_TIMEOUT_NS (200 * MSEC)
 /* A vCPU ioctl still running after this waits for the vCPU's mutex. */
 #define KICK_AFTER_NS (5 * MSEC)
 #define KICK_GIVE_UP_NS (2000 * MSEC)
@@ -111,6 +115,7 @@ struct pass {
 	size_t ntasks;
 	int err;			/* first failure, for the caller */
 	char why[200];
+	struct ks_leftovers *lo;	/* what the tracer thread finishes */
 };
 
 static void priv_free(void *priv)
@@ -364,6 +369,7 @@ static size_t kick_holders(struct pass *ps, pid_t busy, int fd,
 		    (t->kvm_run_fd != fd && !t->running))
 			continue;
 		if (ks_thread_hold(k, t->tid, HOLD_TIMEOUT_NS)) {
+			ks_leave(ps->lo, k);	/* if it did not stop */
 			account(ps, k->tid, ks_thread_release(k));
 			continue;
 		}
@@ -371,6 +377,25 @@ static size_t kick_holders(struct pass *ps, pid_t busy, int fd,
 	}
 	free(tasks);
 	return added;
+}
+
+/* Wait up to @timeout_ns for the call of @x to return, then interrupt
+ * it. -ETIMEDOUT when it did not return: the thread is held (the call
+ * undone) or, if not even that ended the call, still in it. */
+static int call_wait(struct pass *ps, struct ks_thread *x, uint64_t timeout_ns,
+		     long *ret)
+{
+	int err = ks_thread_call_wait(x, timeout_ns, ret);
+
+	if (err != -ETIMEDOUT)
+		return err;
+	err = ks_thread_call_cancel(x, CANCEL_TIMEOUT_NS, ret);
+	if (err == -EINTR || err == -ETIMEDOUT)
+		note(ps, -ETIMEDOUT, "thread %d: the injected call did not return "
+		     "within %llu ms%s", (int)x->tid,
+		     (unsigned long long)((timeout_ns + CANCEL_TIMEOUT_NS) / MSEC),
+		     err == -ETIMEDOUT ? ": left to finish in the background" : "");
+	return err == -EINTR ? -ETIMEDOUT : err;
 }
 
 static int wait_ioctl(struct pass *ps, struct ks_thread *x,
@@ -382,10 +407,10 @@ static int wait_ioctl(struct pass *ps, struct ks_thread *x,
 	int err;
 
 	/* A VM's ioctl takes no vCPU mutex, and a vCPU's own thread, just
-	 * out of KVM_RUN, holds none: block, which wakes at once. */
+	 * out of KVM_RUN, holds none: it returns at once. */
 	if (j->index < 0 ||
 	    ks_thread_was_in(x, SYS_ioctl, (unsigned long)j->fd, KVM_RUN))
-		return ks_thread_call_wait(x, UINT64_MAX, ret);
+		return call_wait(ps, x, CALL_TIMEOUT_NS, ret);
 	for (;;) {
 		err = ks_thread_call_wait(x, KICK_AFTER_NS, ret);
 		/* Kicked threads go at once: the holder has let go of the
@@ -399,9 +424,9 @@ static int wait_ioctl(struct pass *ps, struct ks_thread *x,
 		nkicked = kick_holders(ps, x->tid, j->fd, kicked, 0);
 	}
 	ks_log(ps->a->ctx, KVMSTATS_LOG_WARN, "pid %d thread %d: "
-	       "KVM_GET_STATS_FD on fd %d blocks; waiting for it to return",
+	       "KVM_GET_STATS_FD on fd %d blocks: interrupting it",
 	       (int)ps->v->pid, (int)x->tid, j->fd);
-	return ks_thread_call_wait(x, UINT64_MAX, ret);
+	return call_wait(ps, x, 0, ret);
 }
 
 /* Where the held thread can run a system call from. */
@@ -418,6 +443,21 @@ static int call_site(struct pass *ps, struct ks_thread *x, uint64_t *insn)
 	}
 	*insn = ps->p->vdso_insn;
 	return 0;
+}
+
+/* Is the fd we took what job @j asked for? If not, it is dropped (see
+ * ks_drop_fd()) and the reason said. */
+static int verify(struct pass *ps, struct job *j, long rfd)
+{
+	char why[200];
+	int err = ks_verify_stats_fd(j->stats_fd, j->index, why, sizeof(why));
+
+	if (!err)
+		return 0;
+	note(ps, err, "fd %ld the VMM returned: %s", rfd, why);
+	ks_drop_fd(j->stats_fd);
+	j->stats_fd = -1;
+	return err;
 }
 
 /* Run job @j in held thread @x: the ioctl, pidfd_getfd, the close. The
@@ -444,11 +484,24 @@ static int run_job(struct pass *ps, struct ks_thread *x, struct job *j)
 		j->err = (int)rfd;	/* the kernel's answer */
 		return 0;
 	}
+	/* Another thread of the VMM may have put another file at that
+	 * number since (a memfd forging stats, a FUSE file that blocks):
+	 * what is there is checked before it is taken, and after. */
+	if (!ks_remote_is_stats(ps->v->pid, (int)rfd, j->index)) {
+		note(ps, -EBADF, "fd %ld the VMM returned is no longer a KVM "
+		     "stats fd: not taken", rfd);
+		j->err = -EBADF;
+		return 0;
+	}
 	j->stats_fd = (int)syscall(SYS_pidfd_getfd, ps->v->pidfd, (int)rfd, 0);
 	if (j->stats_fd < 0)
 		getfd_err = -errno;
+	else
+		getfd_err = verify(ps, j, rfd);
 	/* The VMM's copy goes whatever happened to ours. */
-	err = ks_thread_call(x, insn, SYS_close, (unsigned long)rfd, 0, 0, &rc);
+	err = ks_thread_call_start(x, insn, SYS_close, (unsigned long)rfd, 0, 0);
+	if (!err)
+		err = call_wait(ps, x, CALL_TIMEOUT_NS, &rc);
 	if (err || rc)
 		ks_log(ps->a->ctx, KVMSTATS_LOG_WARN,
 		       "pid %d thread %d: closing fd %ld it opened for us "
@@ -489,6 +542,13 @@ static void visit(struct pass *ps, pid_t tid, bool helper)
 	struct ks_thread x;
 	int err = ks_thread_hold(&x, tid, HOLD_TIMEOUT_NS);
 
+	if (err == -ETIMEDOUT) {
+		note(ps, err, "thread %d did not stop within %llu ms (a wait "
+		     "nothing wakes): left alone", (int)tid,
+		     (unsigned long long)(HOLD_TIMEOUT_NS / MSEC));
+		ks_leave(ps->lo, &x);
+		return;
+	}
 	if (err) {
 		note(ps, err, "thread %d: %s%s", (int)tid, strerror(-err),
 		     err == -EPERM ? " (ptrace needs CAP_SYS_PTRACE)" : "");
@@ -508,6 +568,11 @@ static void visit(struct pass *ps, pid_t tid, bool helper)
 	if (err)
 		note(ps, err, "thread %d: injected call failed: %s", (int)tid,
 		     strerror(-err));
+	/* Still in a call of ours: the tracer thread finishes it. */
+	if (x.state == KS_THREAD_IN_CALL) {
+		account(ps, tid, ks_now_ns() - x.since_ns);
+		ks_leave(ps->lo, &x);
+	}
 	account(ps, tid, ks_thread_release(&x));
 }
 
@@ -561,6 +626,16 @@ static void run_pass(struct pass *ps)
 		visit(ps, helper, true);
 	else
 		note(ps, -ESRCH, "no thread it runs could make the calls");
+}
+
+/* The pass, in the tracer thread (attach_tracer.c). */
+static void traced_pass(void *arg, struct ks_leftovers *lo)
+{
+	struct pass *ps = arg;
+
+	ps->lo = lo;
+	run_pass(ps);
+	ps->lo = NULL;
 }
 
 /* ---- jobs and results ------------------------------------------------ */
@@ -759,10 +834,11 @@ static int attach_pass(const struct ks_source_args *a, struct kvmstats_vmm *v)
 		goto out;
 	ps.ntasks = (size_t)err;
 	match_threads(&ps);
-	/* Not even Ctrl-C may leave a thread in the middle of our calls. */
+	/* Not even Ctrl-C may leave a thread in the middle of our calls
+	 * (the tracer thread inherits the mask). */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	run_pass(&ps);
+	ks_run_traced(traced_pass, &ps);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	added = add_results(&ps);
 	err = added;

@@ -141,7 +141,7 @@ void kvmstats_vmm__close(struct kvmstats_vmm *v)
 /* Duplicate the VMM's fd @fd and open a reader on it; logs and skips an fd
  * that vanished or cannot be read. */
 static struct kvmstats_reader *grab(struct kvmstats_ctx *ctx,
-				    struct kvmstats_vmm *v, int fd)
+				    struct kvmstats_vmm *v, int fd, int vcpu)
 {
 	struct kvmstats_reader *r;
 	char why[200] = "";
@@ -150,6 +150,13 @@ static struct kvmstats_reader *grab(struct kvmstats_ctx *ctx,
 	if (myfd < 0) {
 		ks_log(ctx, KVMSTATS_LOG_WARN, "pid %d fd %d: pidfd_getfd: %s",
 		       (int)v->pid, fd, strerror(errno));
+		return NULL;
+	}
+	/* Its other threads may have put another file there since. */
+	if (ks_verify_stats_fd(myfd, vcpu, why, sizeof(why))) {
+		ks_log(ctx, KVMSTATS_LOG_WARN, "pid %d fd %d: %s: not read",
+		       (int)v->pid, fd, why);
+		ks_drop_fd(myfd);
 		return NULL;
 	}
 	r = kvmstats_reader__open_fd(ctx, myfd,
@@ -244,7 +251,7 @@ static int take_fds(struct kvmstats_ctx *ctx, struct kvmstats_vmm *v,
 			/* A second VM stats fd of one VM: keep the first. */
 			if (is_vm && vm->r)
 				continue;
-			r = grab(ctx, v, f->fd);
+			r = grab(ctx, v, f->fd, is_vm ? -1 : f->index);
 			if (!r)
 				continue;
 			if (is_vm) {

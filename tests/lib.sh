@@ -290,6 +290,16 @@ libvirt_domain() {
 	return 0
 }
 
+# shows_safely FILE: FILE is valid UTF-8 without a control character but
+# newline, tab and a CR that ends a line (CSV's CRLF): no ESC, BEL, DEL,
+# C1 CSI...: what names may put on a terminal or in JSON after kvmstats
+# escaped them.
+shows_safely() {
+	iconv -f UTF-8 -t UTF-8 "$1" >/dev/null 2>&1 &&
+		! LC_ALL=C sed 's/\r$//' "$1" |
+		LC_ALL=C grep -qaP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]'
+}
+
 # Under emulation (the lab) everything runs 5-20 times slower: time limits
 # and the periods a timing test depends on scale by KVMSTATS_TEST_SLOW
 # (10 in the lab, 1 elsewhere); counts and exact values never do.

@@ -1,22 +1,37 @@
 #!/bin/bash
-# A bounded libFuzzer run of the image parser (ASan+UBSan), seeded with the
-# kernel's own layouts. FUZZ_SECONDS overrides the default 60 s.
+# Bounded libFuzzer runs (ASan+UBSan) of the two parsers of untrusted
+# files: the stats image parser, seeded with the kernel's own layouts and
+# mkbad's broken images, and the log reader, seeded with mklog's sound,
+# damaged and forged logs. FUZZ_SECONDS (default 30) is each one's time.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=none nosan
 source "$(dirname "$0")/../lib.sh"
 
-FUZZER=$ROOT/build/fuzz/fuzz_image
-if [ ! -x "$FUZZER" ]; then
-	skip "fuzz image parser" "build/fuzz/fuzz_image not built (clang missing?)"
-	exit 0
-fi
-mkdir -p "$TMP/corpus"
-cp "$ROOT"/tests/fixtures/*.bin "$TMP/corpus/"
-"$ROOT/build/mkbad" "$TMP/corpus" >/dev/null
-if "$FUZZER" -max_total_time="${FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
-	-max_len=16384 -print_final_stats=1 "$TMP/corpus" >"$TMP/fuzz.log" 2>&1; then
-	pass "fuzz image parser for ${FUZZ_SECONDS:-60} s: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$TMP/fuzz.log" | grep -o '[0-9]*$') inputs, no crash"
+SECONDS_EACH=${FUZZ_SECONDS:-30}
+
+# fuzz NAME FUZZER CORPUS MAXLEN
+fuzz() {
+	local name=$1 fuzzer=$2 corpus=$3
+	if [ ! -x "$fuzzer" ]; then
+		skip "fuzz $name" "$fuzzer not built (clang missing?)"
+		return
+	fi
+	if "$fuzzer" -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 \
+		-max_len="$4" -print_final_stats=1 "$corpus" >"$TMP/$name.log" 2>&1; then
+		pass "fuzz $name for $SECONDS_EACH s: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$') inputs, no crash"
+	else
+		tail -40 "$TMP/$name.log"
+		fail "fuzz $name" "libFuzzer found a crash (see above)"
+	fi
+}
+
+mkdir -p "$TMP/images" "$TMP/logs"
+cp "$ROOT"/tests/fixtures/*.bin "$TMP/images/"
+"$ROOT/build/mkbad" "$TMP/images" >/dev/null
+fuzz "image parser" "$ROOT/build/fuzz/fuzz_image" "$TMP/images" 16384
+
+if "$ROOT/build/mklog" --small "$TMP/logs"; then
+	fuzz "log reader" "$ROOT/build/fuzz/fuzz_log" "$TMP/logs" 65536
 else
-	tail -40 "$TMP/fuzz.log"
-	fail "fuzz image parser" "libFuzzer found a crash (see above)"
+	fail "fuzz log reader" "build/mklog could not write the seed logs"
 fi

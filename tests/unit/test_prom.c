@@ -11,6 +11,7 @@
 /* The renderer is built into kvmstats; the test takes it the same way the
  * benchmark does. */
 #include "../../cli/prom.c"
+#include "../../cli/sanitize.c"
 
 static void check_scaled(uint64_t raw, int mode, int exp, const char *want)
 {
@@ -95,17 +96,23 @@ static void test_escape(void **state)
 	char out[64];
 
 	(void)state;
-	prom_escape_label("a\"b\\c\nd", out, sizeof(out));
-	assert_string_equal(out, "a\\\"b\\\\c\\nd");
+	prom_escape_label("a\"b\\cd", out, sizeof(out));
+	assert_string_equal(out, "a\\\"b\\\\cd");
 	prom_escape_label("caf\xc3\xa9", out, sizeof(out));
 	assert_string_equal(out, "caf\xc3\xa9");
-	/* Not UTF-8: a stray byte, an overlong '/', a surrogate. */
+	/* Controls and what is not UTF-8 (a stray byte, an overlong '/', a
+	 * surrogate) are escaped as every sink escapes them, the backslash
+	 * then escaped for the exposition: the label's value reads \x0a. */
+	prom_escape_label("a\nb\x1b[31m", out, sizeof(out));
+	assert_string_equal(out, "a\\\\x0ab\\\\x1b[31m");
 	prom_escape_label("x\xffy", out, sizeof(out));
-	assert_string_equal(out, "x?y");
+	assert_string_equal(out, "x\\\\xffy");
 	prom_escape_label("\xc0\xaf", out, sizeof(out));
-	assert_string_equal(out, "??");
+	assert_string_equal(out, "\\\\xc0\\\\xaf");
 	prom_escape_label("\xed\xa0\x80", out, sizeof(out));
-	assert_string_equal(out, "???");
+	assert_string_equal(out, "\\\\xed\\\\xa0\\\\x80");
+	prom_escape_label("\xc2\x9b", out, sizeof(out));
+	assert_string_equal(out, "\\\\u009b");
 	/* A short buffer is never overrun. */
 	prom_escape_label("\"\"\"\"\"\"\"\"\"\"", out, 8);
 	assert_true(strlen(out) < 8);

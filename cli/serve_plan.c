@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/* kvmstats serve: the migration planner (--plan-interval); see serve.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+/* ---- the migration planner (--plan-interval) ------------------------------ */
+
+/*
+ * Every --plan-interval seconds (start to start; a round that overran is
+ * followed by the next one at once, never by two at a time), one thread
+ * plans every exported VMM as `kvmstats plan` would: its guest RAM (QEMU's
+ * RAM blocks over one short QMP exchange), its zero pages by
+ * --plan-method, its dirty rate over --plan-dirty-interval (every VMM in
+ * the same interval) and the migration model. The figures are rendered in
+ * both formats and published; a scrape copies the latest ones and says how
+ * old they are. So a scrape never waits for a plan, and a slow plan (a
+ * scan of a large VM) never holds the lock scrapes take: only the list of
+ * VMMs and, for the stats method, KVM's counters are read under it, for
+ * microseconds. The thread runs at nice 10 (the scan's workers inherit
+ * it), below the scrapes and the guests' vCPU threads, and a scan keeps
+ * to --plan-max-cpu and --plan-rate. A VMM that exits mid-plan is left out
+ * of that round.
+ */
+#define PLAN_NICE 10
+#define PLAN_DIRTY_POINTS 4
+
+enum {
+	PG_MEMORY,
+	PG_ZERO,
+	PG_NONZERO,
+	PG_UNKNOWN,
+	PG_RATIO,
+	PG_DIRTY,
+	PG_BYTES,
+	PG_SECONDS,
+	PG_CONVERGES,
+	PG_ELAPSED,
+	PG_RANK,
+	PG_NR,
+};
+
+/* The per-VM gauges: the figures of `kvmstats plan --json`. */
+static const struct {
+	const char *name, *unit, *help;
+} plan_gauges[PG_NR] = {
+	[PG_MEMORY] = { "kvmstats_plan_memory_bytes", "bytes",
+			"Guest RAM found in the VMM" },
+	[PG_ZERO] = { "kvmstats_plan_zero_pages", NULL,
+		      "Guest pages (4 KiB) that are zero, by the method in the label" },
+	[PG_NONZERO] = { "kvmstats_plan_nonzero_pages", NULL,
+			 "Guest pages (4 KiB) that are not zero, by the method in the label" },
+	[PG_UNKNOWN] = { "kvmstats_plan_unknown_pages", NULL,
+			 "Guest pages (4 KiB) of unknown content (swapped), sent as "
+			 "normal pages by the model" },
+	[PG_RATIO] = { "kvmstats_plan_zero_ratio", NULL,
+		       "Share of the guest pages that are zero" },
+	[PG_DIRTY] = { "kvmstats_plan_dirty_pages_per_second", NULL,
+		       "Guest pages dirtied per second (0 with --plan-dirty-interval 0: "
+		       "a clean guest was assumed)" },
+	[PG_BYTES] = { "kvmstats_plan_predicted_transfer_bytes", "bytes",
+		       "Predicted bytes of RAM a QEMU live migration sends" },
+	[PG_SECONDS] = { "kvmstats_plan_predicted_seconds", "seconds",
+			 "Predicted duration of a QEMU live migration" },
+	[PG_CONVERGES] = { "kvmstats_plan_converges", NULL,
+			   "1 when pre-copy is predicted to converge" },
+	[PG_ELAPSED] = { "kvmstats_plan_elapsed_seconds", "seconds",
+			 "Wall time this VM's plan took, the dirty-rate interval included" },
+	[PG_RANK] = { "kvmstats_plan_rank", NULL,
+		      "Position by predicted migration cost, 1 = cheapest" },
+};
+
+static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t rank)
+{
+	const struct kvmstats_estimate *e = &v->est[v->method];
+
+	switch (which) {
+	case PG_MEMORY: return (double)v->memory_bytes;
+	case PG_ZERO: return (double)e->zero_pages;
+	case PG_NONZERO: return (double)e->nonzero_pages;
+	case PG_UNKNOWN: return (double)e->unknown_pages;
+	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : 0;
+	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : 0;
+	case PG_BYTES: return (double)v->pred.bytes;
+	case PG_SECONDS: return v->pred.seconds;
+	case PG_CONVERGES: return v->pred.converges;
+	case PG_ELAPSED: return v->elapsed_s;
+	default: return (double)rank;
+	}
+}
+
+/* The per-VM gauges of @n planned VMs, ranked (cheapest first). */
+static void render_plan(struct prom_buf *b, enum prom_format f,
+			const struct kvmstats_plan_vm *const *vms, size_t n)
+{
+	char name[4 * sizeof(vms[0]->name) + 1], lab[sizeof(name) + 96];
+
+	b->len = 0;
+	b->failed = false;
+	for (int g = 0; n && g < PG_NR; g++) {
+		prom_family(b, f, plan_gauges[g].name, "gauge", plan_gauges[g].unit,
+			    plan_gauges[g].help);
+		for (size_t i = 0; i < n; i++) {
+			prom_escape_label(vms[i]->name, name, sizeof(name));
+			snprintf(lab, sizeof(lab), "pid=\"%d\",name=\"%s\",method=\"%s\"",
+				 (int)vms[i]->pid, name, kvmstats_method_str(vms[i]->method));
+			prom_sample(b, plan_gauges[g].name, lab, plan_value(vms[i], g, i + 1));
+		}
+	}
+}
+
+/* A scrape's part: called under the server's lock, takes the planner's
+ * only to copy what the last round published. */
+void plan_metrics(struct server *s, struct prom_buf *b, enum prom_format f)
+{
+	struct planner *pl = &s->plan;
+
+	if (!s->o.plan.interval_s)
+		return;
+	pthread_mutex_lock(&pl->lock);
+	prom_family(b, f, "kvmstats_plan_rounds", "counter", NULL,
+		    "Planning rounds completed (every --plan-interval seconds)");
+	prom_sample_u64(b, "kvmstats_plan_rounds_total", NULL, pl->rounds);
+	prom_family(b, f, "kvmstats_plan_running", "gauge", NULL,
+		    "1 while a planning round is under way");
+	prom_sample_u64(b, "kvmstats_plan_running", NULL, pl->running);
+	if (pl->rounds) {
+		prom_family(b, f, "kvmstats_plan_age_seconds", "gauge", "seconds",
+			    "Time since the planning round whose figures are served "
+			    "here ended");
+		prom_sample(b, "kvmstats_plan_age_seconds", NULL,
+			    (double)(now_ns() - pl->done_ns) / 1e9);
+		prom_family(b, f, "kvmstats_plan_round_seconds", "gauge", "seconds",
+			    "Wall time of that round, the dirty-rate interval included");
+		prom_sample(b, "kvmstats_plan_round_seconds", NULL, pl->round_s);
+		prom_family(b, f, "kvmstats_plan_vmms", "gauge", NULL,
+			    "VMMs in that round by result; a failed one (a VM that "
+			    "exited, no guest RAM found) has no per-VM gauges");
+		prom_sample_u64(b, "kvmstats_plan_vmms", "result=\"planned\"", pl->planned);
+		prom_sample_u64(b, "kvmstats_plan_vmms", "result=\"failed\"", pl->failed);
+		if (pl->text[f].len)
+			prom_buf_put(b, pl->text[f].p, pl->text[f].len);
+	}
+	pthread_mutex_unlock(&pl->lock);
+}
+
+/* One VMM of a round. */
+struct plan_row {
+	pid_t pid;
+	int err;			/* of kvmstats_plan__new */
+	struct kvmstats_plan *p;
+	char error[256];
+};
+
+static int plan_cancelled(void *arg, uint64_t done, uint64_t total)
+{
+	struct planner *pl = arg;
+
+	(void)done;
+	(void)total;
+	return atomic_load(&pl->cancel);
+}
+
+/* Sleep until @deadline (CLOCK_MONOTONIC, ns) or a stop; true on a stop. */
+static bool plan_sleep(struct planner *pl, uint64_t deadline)
+{
+	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
+			       .tv_nsec = (long)(deadline % 1000000000ull) };
+	bool stop;
+
+	pthread_mutex_lock(&pl->lock);
+	while (!pl->stop && now_ns() < deadline)
+		if (pthread_cond_timedwait(&pl->wake, &pl->lock, &ts) == ETIMEDOUT)
+			break;
+	stop = pl->stop;
+	pthread_mutex_unlock(&pl->lock);
+	return stop;
+}
+
+static bool plan_ok(const struct plan_row *r)
+{
+	return r->p && !kvmstats_plan__result(r->p)->error;
+}
+
+/* The exported VMMs, read under the scrape lock. */
+static size_t plan_pids(struct server *s, pid_t **out)
+{
+	size_t n = 0, max;
+	pid_t *pids;
+
+	pthread_mutex_lock(&s->lock);
+	max = kvmstats_host__num_vmms(s->host);
+	pids = calloc(max + 1, sizeof(*pids));
+	for (size_t i = 0; pids && i < max; i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(s->host, i);
+
+		if (!s->targs->name_set || target_selected(s->targs, v))
+			pids[n++] = kvmstats_vmm__pid(v);
+	}
+	pthread_mutex_unlock(&s->lock);
+	*out = pids;
+	return n;
+}
+
+static void plan_open(struct server *s, struct plan_row *row)
+{
+	const struct plan_cfg *c = &s->o.plan;
+	struct kvmstats_scan_opts so = {
+		.sz = sizeof(so), .max_cpu = c->max_cpu, .rate = (uint64_t)c->rate,
+	};
+	struct kvmstats_ram_opts ro = {
+		.sz = sizeof(ro),
+		.qmp_path = s->targs->npids == 1 ? s->targs->qmp : NULL,
+	};
+	struct kvmstats_plan_opts po = {
+		.sz = sizeof(po), .methods = 1u << c->method,
+		.flags = c->dirty_s > 0 ? 0 : KVMSTATS_PLAN_ASSUME_CLEAN,
+		.interval_s = c->dirty_s, .dirty_points = PLAN_DIRTY_POINTS,
+		.bandwidth = c->bandwidth, .downtime_ms = c->downtime_ms,
+		.ram = &ro, .scan = &so,
+	};
+
+	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
+	if (!row->p) {
+		row->err = -errno;
+		if (!row->error[0])
+			snprintf(row->error, sizeof(row->error), "pid %d: %s",
+				 (int)row->pid, strerror(-row->err));
+		return;
+	}
+	kvmstats_plan__set_progress(row->p, plan_cancelled, &s->plan);
+}
+
+/* KVM's pages_4k/2m/1g from the exporter's own readers, which belong to
+ * the scrapes: read under their lock (a pread or a copy per VM). */
+static void plan_stats(struct server *s, struct plan_row *rows, size_t n)
+{
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct kvmstats_vmm *v = NULL;
+
+		for (size_t k = 0; rows[i].p && !v &&
+				   k < kvmstats_host__num_vmms(s->host); k++)
+			if (kvmstats_vmm__pid(kvmstats_host__vmm(s->host, k)) == rows[i].pid)
+				v = kvmstats_host__vmm(s->host, k);
+		if (rows[i].p)
+			kvmstats_plan__stats(rows[i].p, v);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The dirty rate of every VMM over the same interval, as `kvmstats plan`
+ * measures it: baselines, then points at 1/8, 1/4, 1/2 and the whole
+ * interval. True when a stop cut it short. */
+static bool plan_dirty(struct server *s, struct plan_row *rows, size_t n)
+{
+	uint64_t span = (uint64_t)(s->o.plan.dirty_s * 1e9), t0;
+
+	if (!span)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (plan_ok(&rows[i]))
+			kvmstats_plan__dirty_begin(rows[i].p);
+	t0 = now_ns();
+	for (unsigned int k = 0; k < PLAN_DIRTY_POINTS; k++) {
+		if (plan_sleep(&s->plan, t0 + (span >> (PLAN_DIRTY_POINTS - 1 - k))))
+			return true;
+		for (size_t i = 0; i < n; i++)
+			if (plan_ok(&rows[i]))
+				kvmstats_plan__dirty_point(rows[i].p);
+	}
+	return false;
+}
+
+/* Has @pid exited (gone, or a zombie whose memory is gone already)? */
+static bool vmm_gone(pid_t pid)
+{
+	char path[32], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	/* The state follows the command, which may hold ')' itself. */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Say why a VMM cannot be planned once, when it starts failing, not at
+ * every round; a VMM that exited needs no word. */
+static void plan_report(struct server *s, const struct plan_row *rows, size_t n)
+{
+	struct planner *pl = &s->plan;
+	pid_t *failing = calloc(n + 1, sizeof(*failing));
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct kvmstats_plan_vm *r = rows[i].p ?
+			kvmstats_plan__result(rows[i].p) : NULL;
+		int err = r ? r->error : rows[i].err;
+		bool known = false;
+
+		if ((r && !err) || err == -ESRCH || vmm_gone(rows[i].pid))
+			continue;
+		for (size_t j = 0; j < pl->nfailing; j++)
+			known |= pl->failing[j] == rows[i].pid;
+		if (failing)
+			failing[k++] = rows[i].pid;
+		if (known)
+			continue;
+		if (r)
+			cli_warn(s->cli, "plan: pid %d: %s", (int)rows[i].pid, r->error_msg);
+		else
+			cli_warn(s->cli, "plan: %s", rows[i].error);	/* names the pid */
+	}
+	free(pl->failing);
+	pl->failing = failing;
+	pl->nfailing = failing ? k : 0;
+}
+
+static int cmp_planned(const void *x, const void *y)
+{
+	return kvmstats_plan_vm__compare(*(const struct kvmstats_plan_vm *const *)x,
+					 *(const struct kvmstats_plan_vm *const *)y);
+}
+
+/* Render the round's figures in both formats and make them the served
+ * ones. */
+static void plan_publish(struct server *s, const struct plan_row *rows, size_t n,
+			 uint64_t t0)
+{
+	struct planner *pl = &s->plan;
+	const struct kvmstats_plan_vm **ok = calloc(n + 1, sizeof(*ok));
+	size_t nok = 0;
+
+	if (!ok) {
+		cli_warn(s->cli, "plan: out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (plan_ok(&rows[i]) && kvmstats_plan__result(rows[i].p)->predicted)
+			ok[nok++] = kvmstats_plan__result(rows[i].p);
+	qsort(ok, nok, sizeof(*ok), cmp_planned);
+	render_plan(&pl->next[PROM_TEXT], PROM_TEXT, ok, nok);
+	render_plan(&pl->next[PROM_OPENMETRICS], PROM_OPENMETRICS, ok, nok);
+	free(ok);
+	if (pl->next[PROM_TEXT].failed || pl->next[PROM_OPENMETRICS].failed) {
+		cli_warn(s->cli, "plan: out of memory");
+		return;
+	}
+	pthread_mutex_lock(&pl->lock);
+	for (int f = 0; f < 2; f++) {
+		struct prom_buf t = pl->text[f];
+
+		pl->text[f] = pl->next[f];
+		pl->next[f] = t;
+	}
+	pl->rounds++;
+	pl->done_ns = now_ns();
+	pl->round_s = (double)(pl->done_ns - t0) / 1e9;
+	pl->planned = nok;
+	pl->failed = n - nok;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+static void plan_running(struct planner *pl, bool running)
+{
+	pthread_mutex_lock(&pl->lock);
+	pl->running = running;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+/* One round over every exported VMM; nothing is published when a stop
+ * cut it short. */
+static void plan_round(struct server *s)
+{
+	struct planner *pl = &s->plan;
+	struct plan_row *rows = NULL;
+	uint64_t t0 = now_ns();
+	pid_t *pids = NULL;
+	size_t n;
+
+	plan_running(pl, true);
+	n = plan_pids(s, &pids);
+	rows = pids ? calloc(n + 1, sizeof(*rows)) : NULL;
+	if (!rows) {
+		cli_warn(s->cli, "plan: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++) {
+		rows[i].pid = pids[i];
+		plan_open(s, &rows[i]);
+	}
+	if (s->o.plan.method == KVMSTATS_METHOD_STATS)
+		plan_stats(s, rows, n);
+	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++)
+		if (rows[i].p)
+			kvmstats_plan__estimate(rows[i].p);
+	if (atomic_load(&pl->cancel) || plan_dirty(s, rows, n))
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p)
+			kvmstats_plan__predict(rows[i].p);
+	plan_report(s, rows, n);
+	plan_publish(s, rows, n, t0);
+out:
+	for (size_t i = 0; rows && i < n; i++)
+		kvmstats_plan__free(rows[i].p);
+	free(rows);
+	free(pids);
+	plan_running(pl, false);
+}
+
+static void *plan_main(void *arg)
+{
+	struct server *s = arg;
+	uint64_t period = s->o.plan.interval_s * 1000000000ull, next = now_ns();
+
+	/* Below the scrapes and the guests' vCPUs; the scan's workers,
+	 * created by this thread, inherit it. Lowering needs no privilege. */
+	setpriority(PRIO_PROCESS, (id_t)gettid(), PLAN_NICE);
+	do {
+		plan_round(s);
+		next += period;
+		if (next < now_ns())
+			next = now_ns();	/* it overran: the next one now */
+	} while (!plan_sleep(&s->plan, next));
+	return NULL;
+}
+
+void planner_init(struct planner *pl)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&pl->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pl->wake, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+int planner_start(struct server *s)
+{
+	int err;
+
+	if (!s->o.plan.interval_s)
+		return 0;
+	err = pthread_create(&s->plan.thread, NULL, plan_main, s);
+	if (err) {
+		cli_err(s->cli, "cannot start the planner: %s", strerror(err));
+		return -1;
+	}
+	s->plan.started = true;
+	return 0;
+}
+
+/* Cancels a scan under way (its progress callback sees it within about
+ * 0.1 s) and cuts any wait short. */
+static void planner_stop(struct planner *pl)
+{
+	if (!pl->started)
+		return;
+	atomic_store(&pl->cancel, true);
+	pthread_mutex_lock(&pl->lock);
+	pl->stop = true;
+	pthread_cond_broadcast(&pl->wake);
+	pthread_mutex_unlock(&pl->lock);
+	pthread_join(pl->thread, NULL);
+	pl->started = false;
+}
+
+void planner_free(struct planner *pl)
+{
+	planner_stop(pl);
+	for (int f = 0; f < 2; f++) {
+		prom_buf_free(&pl->text[f]);
+		prom_buf_free(&pl->next[f]);
+	}
+	free(pl->failing);
+	pthread_cond_destroy(&pl->wake);
+	pthread_mutex_destroy(&pl->lock);
+}
