@@ -35,9 +35,11 @@ if [ ! -d "$DBG/kvm" ]; then
 fi
 
 # Two VMMs with 2 VMs x 3 vCPUs each, every vCPU halted in the kernel
-# (in-kernel irqchip, 4 s LAPIC timer per halt) for ~40 s (x the slowdown, so that they still halt at the end under emulation): "blocking" is
-# then 1 per vCPU, an instant stat the kernel lets debugfs show. A holds
-# no stats fds (what debugfs is for); B holds them, to compare with.
+# (in-kernel irqchip, 4 s LAPIC timer per halt) for ~40 s, times the
+# slowdown (so that they still halt at the end under emulation):
+# "blocking" is then 1 per vCPU, an instant stat the kernel lets debugfs
+# show. A holds no stats fds (what debugfs is for); B holds them, to
+# compare with.
 VMM_ARGS=(--vms 2 --vcpus 3 --irqchip --halts "$(slow 10)" --halt-us 4000000 --timeout "$(slow 120)")
 "$TINYVMM" "${VMM_ARGS[@]}" &
 A=$!
