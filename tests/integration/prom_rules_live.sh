@@ -23,11 +23,12 @@ track $!
 wait_file "$TMP/serve.ready" 20 || { fail "kvmstats serve did not start"; exit 0; }
 
 PROM_PORT=$(free_port) || { fail "no free port"; exit 0; }
+# (Under emulation a scrape takes longer: the periods scale.)
 cat >"$TMP/prometheus.yml" <<EOF
 global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
+  scrape_interval: $(slow 1)s
+  scrape_timeout: $(slow 1)s
+  evaluation_interval: $(slow 1)s
 rule_files: ['$RULES']
 scrape_configs:
   - job_name: kvmstats
@@ -39,7 +40,7 @@ prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/tsdb" \
 track $!
 PROM=$!
 API=http://127.0.0.1:$PROM_PORT/api/v1
-for _ in $(seq 100); do
+for _ in $(seq $(slow 100)); do
 	curl -sf --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break
 	kill -0 $PROM 2>/dev/null || break
 	sleep 0.2
@@ -48,16 +49,18 @@ query() {
 	curl -sS --max-time 10 --data-urlencode "query=$1" "$API/query" | jq -c '.data.result'
 }
 
-# Up to 40 s: rates need two scrapes, the plan one planner round.
+# Up to 40 s (times the slowdown): rates need two scrapes, the plan one
+# planner round.
 rates() { query 'count(vm:kvm_vcpu_exits:rate5m{name="web"} > 0)' | jq -r '.[0].value[1] // 0'; }
 ranked() { query 'count(kvmstats_plan_rank{name="plan"})' | jq -r '.[0].value[1] // 0'; }
-for _ in $(seq 80); do
+deadline=$((SECONDS + $(slow 40)))
+while [ $SECONDS -lt $deadline ]; do
 	[ "$(rates)" = 2 ] && [ "$(ranked)" = 1 ] && break
 	sleep 0.5
 done
 check "Prometheus records the tinyvmm VMs' exit rates" test "$(rates)" = 2
 check "the planner ranks the QEMU VM" test "$(ranked)" = 1
-sleep 2	# every group evaluated at least once more
+sleep "$(slow_s 2)"	# every group evaluated at least once more
 
 rules=$(curl -sS --max-time 10 "$API/rules")
 check "Prometheus loaded every rule ($(jq '[.data.groups[].rules[]] | length' <<<"$rules") rules)" \
