@@ -62,12 +62,14 @@ count() {
 
 # run NAME TIMEOUT CMD...: run a test program, stream its output, count it.
 run() {
-	local name=$1 limit=$2 out=$LOG/$(echo "$1" | tr '/ :' '___').log rc
+	local name=$1 limit=$2 out=$LOG/$(echo "$1" | tr '/ :' '___').log rc t0
 	shift 2
 	echo "# --- $name"
+	t0=$SECONDS
 	timeout -k 10 "$limit" "$@" </dev/null 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	count "$out" "$rc" "$name"
+	echo "# --- $name: $((SECONDS - t0)) s"
 }
 
 # tag FILE WORD: does FILE's kvmstats-test tag line have WORD?
