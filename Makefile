@@ -238,7 +238,10 @@ NPT ?= 1
 test-lab: test-build
 	tests/run.sh --lab --npt $(NPT)
 
-demo: all
+# The first thing a newcomer types: like the test targets, it installs
+# the packages the build needs first (scripts/deps.sh; as root).
+demo: deps
+	@$(MAKE) --no-print-directory build
 	$(O)/kvmstats demo
 
 # Installs what `build` built; the units get BINDIR filled in.
