@@ -472,6 +472,18 @@ int ks_thread_call(struct ks_thread *t, uint64_t insn, long nr,
 	return -EOPNOTSUPP;
 }
 
+int ks_thread_call_cancel(struct ks_thread *t, uint64_t timeout_ns, long *ret)
+{
+	(void)t, (void)timeout_ns, (void)ret;
+	return -EOPNOTSUPP;
+}
+
+int ks_thread_let_go(struct ks_thread *t, uint64_t timeout_ns)
+{
+	(void)t, (void)timeout_ns;
+	return -EOPNOTSUPP;
+}
+
 uint64_t ks_thread_release(struct ks_thread *t)
 {
 	t->state = KS_THREAD_FREE;

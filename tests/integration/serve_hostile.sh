@@ -122,7 +122,7 @@ for l in ':0' '[::]:0' '0.0.0.0:0' '127.0.0.1:0' '[::1]:0'; do
 		check "--listen $l: no warning" bash -c "! grep -q 'beyond this host' '$TMP/ns.err'" ;;
 	*)
 		check "--listen $l without TLS or auth: a warning" \
-			grep -q "warning: serve: listening on .*beyond this host's loopback, without TLS or basic auth" "$TMP/ns.err" ;;
+			grep -q "serve: warning: listening on .*beyond this host's loopback, without TLS or basic auth" "$TMP/ns.err" ;;
 	esac
 done
 timeout 2 unshare -rn "$KVMSTATS" serve --listen :0 --web-config "$TMP/web.yml" \
