@@ -12,7 +12,7 @@
  * format of the Prometheus exporters (webconfig.c).
  *
  * A scrape: one sweep of every stats fd (kvmstats_host__sweep_parallel,
- * a thread per core on large hosts), then the model (prom.c) renders the
+ * a thread per core on large hosts), then the model (prom_model.c) renders the
  * readings in parts, one per core, into buffers that are reused. Scrapes
  * run one at a time; requests that arrive while one runs take the result
  * of the next, so ten scrapers cost about one scrape. A result stays alive
