@@ -429,9 +429,8 @@ static const struct cli_spec check_spec = {
 	.outputs = CLI_OUT_JSON,
 	.text = "a report",
 	.about = "Conformance of this kernel's stats interface, on VMs and "
-		 "vCPUs it creates\n(read only, never run), or of image "
-		 "files: every rule, per target. Exit\nstatus 1 when a rule "
-		 "is broken.",
+		 "vCPUs it creates\n(never run), or of image files: every "
+		 "rule, per target. Exit status 1\nwhen a rule is broken.",
 	.opts = check_opts,
 	.opt = check_opt,
 	.check = check_check,
