@@ -260,6 +260,11 @@ void csv_double(struct csv *c, double v, int decimals);
 /* An empty field: a value that is not there (the pid of a file, a stat
  * its source could not read). */
 void csv_empty(struct csv *c);
+/* The vcpu,stat,index,value columns of a per-value row: vcpu empty for
+ * a VM's stats (@vcpu < 0), value empty for a stat its source could not
+ * read (@v NULL), else @v[@k]. */
+void csv_value(struct csv *c, int vcpu, const struct kvmstats_stat *st,
+	       uint32_t k, const uint64_t *v);
 void csv_end(struct csv *c);
 
 /* Drop every capability but the @n in @keep (CAP_*), bounding set

@@ -234,16 +234,7 @@ static void csv_reading(struct csv *c, const struct reading *rd,
 			csv_field(c, w->name);
 			csv_field(c, w->path ? w->path : "");
 			csv_field(c, kvmstats_reader__id(rd->r));
-			if (w->vcpu >= 0)
-				csv_int(c, w->vcpu);
-			else
-				csv_empty(c);
-			csv_field(c, kvmstats_stat__name(st));
-			csv_u64(c, k);
-			if (miss)
-				csv_empty(c);
-			else
-				csv_u64(c, v[k]);
+			csv_value(c, w->vcpu, st, k, miss ? NULL : v);
 			if (verbose)
 				csv_schema(c, st, k);
 			csv_end(c);

@@ -191,6 +191,21 @@ void csv_empty(struct csv *c)
 	csv_sep(c);
 }
 
+void csv_value(struct csv *c, int vcpu, const struct kvmstats_stat *st,
+	       uint32_t k, const uint64_t *v)
+{
+	if (vcpu >= 0)
+		csv_int(c, vcpu);
+	else
+		csv_empty(c);
+	csv_field(c, kvmstats_stat__name(st));
+	csv_u64(c, k);
+	if (v)
+		csv_u64(c, v[k]);
+	else
+		csv_empty(c);
+}
+
 void csv_end(struct csv *c)
 {
 	fputs("\r\n", c->f);

@@ -373,16 +373,7 @@ static void csv_entry(struct replay *r, struct csv *c,
 			csv_int(c, t->pid);
 			csv_field(c, t->name);
 			csv_field(c, t->id);
-			if (t->vcpu >= 0)
-				csv_int(c, t->vcpu);
-			else
-				csv_empty(c);
-			csv_field(c, kvmstats_stat__name(st));
-			csv_u64(c, k);
-			if (miss)
-				csv_empty(c);
-			else
-				csv_u64(c, v[k]);
+			csv_value(c, t->vcpu, st, k, miss ? NULL : v);
 			if (r->rates && (miss || isnan(rate)))
 				csv_empty(c);
 			else if (r->rates)
