@@ -143,7 +143,8 @@ static const struct cli_opt main_opts[] = {
 static const struct cli_spec main_spec = {
 	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
 	.about = "KVM's binary statistics for every VM and vCPU on the host. "
-		 "Without a command:\ntop.",
+		 "Without a command:\ntop, and options the global level does "
+		 "not take are top's (kvmstats -1 -p PID).",
 	.opts = main_opts,
 	.opt = main_opt,
 	.cmds = cmds,
@@ -254,12 +255,68 @@ static int cmd_version(struct cli *cli, int argc, char **argv)
 	return EXIT_OK;
 }
 
+/*
+ * kvm_stat's way: options without a command are top's (`kvmstats -1 -p
+ * 42`). True when no word names a command and an option is one the global
+ * level does not take.
+ */
+static bool top_options(int argc, char **argv)
+{
+	static const char *const global[] = {
+		"-j", "--json", "--csv", "--pretty", "-v", "--verbose", "-q",
+		"--quiet", "-h", "--help", "-V", "--version",
+	};
+	bool other = false;
+
+	for (int i = 1; i < argc; i++) {
+		bool known = false;
+
+		if (argv[i][0] != '-' && find_cmd(argv[i]))
+			return false;
+		if (argv[i][0] != '-')
+			continue;
+		for (size_t k = 0; k < sizeof(global) / sizeof(global[0]); k++)
+			known |= !strcmp(argv[i], global[k]);
+		other |= !known;
+	}
+	return other;
+}
+
+/* The global options, then the command (top when there is none): its
+ * argv into *@argc, *@argv. CLI_PARSED, or the exit status. */
+static int global(struct cli *cli, int *argc, char ***argv,
+		  const struct cmd **cmd)
+{
+	static char *top_argv[] = { "top", NULL };
+	bool version = false;
+	int ret;
+
+	ret = cli_parse(cli, &main_spec, &version, *argc, *argv);
+	if (ret != CLI_PARSED)
+		return ret;
+	if (version) {
+		print_version(cli);
+		return EXIT_OK;
+	}
+	/* No command: top, as kvm_stat opens its live view. */
+	if (optind >= *argc) {
+		*argc = 1;
+		*argv = top_argv;
+		return CLI_PARSED;
+	}
+	*cmd = find_cmd((*argv)[optind]);
+	if (!*cmd)
+		return cli_bad(cli, "what is '%s'? Try '%s help'.",
+			       (*argv)[optind], cli->prog);
+	*argc -= optind;
+	*argv += optind;
+	return CLI_PARSED;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = { .prog = "kvmstats" };
-	char *top_argv[] = { "top", NULL };
 	const struct cmd *cmd = &cmds[0];
-	bool version = false;
 	int ret;
 
 	/* A reader piping us into head must not kill us mid-write. */
@@ -267,24 +324,12 @@ int main(int argc, char **argv)
 #ifdef HAVE_LIBVIRT
 	virSetErrorFunc(NULL, libvirt_quiet);
 #endif
-	ret = cli_parse(&cli, &main_spec, &version, argc, argv);
-	if (ret != CLI_PARSED)
-		return ret;
-	if (version) {
-		print_version(&cli);
-		return EXIT_OK;
-	}
-	/* No command: top, as kvm_stat opens its live view. */
-	if (optind < argc) {
-		cmd = find_cmd(argv[optind]);
-		if (!cmd)
-			return cli_bad(&cli, "what is '%s'? Try '%s help'.",
-				       argv[optind], cli.prog);
-		argc -= optind;
-		argv += optind;
+	if (top_options(argc, argv)) {
+		argv[0] = (char *)cmd->name;
 	} else {
-		argc = 1;
-		argv = top_argv;
+		ret = global(&cli, &argc, &argv, &cmd);
+		if (ret != CLI_PARSED)
+			return ret;
 	}
 	cli.ctx = kvmstats_ctx__new(&(struct kvmstats_ctx_opts){
 		.sz = sizeof(struct kvmstats_ctx_opts), .log = lib_log,

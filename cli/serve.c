@@ -643,7 +643,8 @@ static int run(struct server *s)
 	if (guard_start(s) || start_http(s) || planner_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
-		fprintf(stderr, "%s: serving %s://%s%s (%zu VMMs)\n", s->cli->prog,
+		fprintf(stderr, "%s: %s: serving %s://%s%s (%zu VMMs)\n",
+			s->cli->prog, s->cli->cmd,
 			s->have_web && web_config_tls(&s->web) ? "https" : "http",
 			s->addr, s->o.path, nvmms);
 	write_ready(s);

@@ -222,9 +222,16 @@ for cmd in $CMDS; do
 	usage "$cmd -Z: an unrecognized short option" "unrecognized option '-Z'" \
 		"$cmd" "$cmd" -Z
 done
-"$KVMSTATS" --bogus >/dev/null 2>"$TMP/err"
+"$KVMSTATS" --bogus dump >/dev/null 2>"$TMP/err"
 check "a bad option before the command: status 2, 'kvmstats: unrecognized option'" \
 	test $? = 2 -a "$(cat "$TMP/err")" = "kvmstats: unrecognized option '--bogus'"
+# Without a command, options are top's, as kvm_stat's are its screen's.
+check "kvmstats -p 1 -s 2 --help is top's help" \
+	test "$("$KVMSTATS" -p 1 -s 2 --help)" = "$("$KVMSTATS" top --help)"
+usage "without a command, an unknown option is top's" "unrecognized option '--bogus'" \
+	top --bogus
+check "kvmstats --help alone is the global help" \
+	grep -q '^Commands' <("$KVMSTATS" --help)
 usage "an option without its argument" "option '--interval' needs an argument" \
 	top top --interval
 usage "an argument to an option that takes none" "option '--once' takes no argument" \

@@ -225,7 +225,7 @@ check "a bad option: status 2" test $? = 2
 check "a bad option: 'kvmstats: dump: ...' first" \
 	grep -qx "kvmstats: dump: unrecognized option '--bogus'" <(head -1 "$TMP/err")
 # $KVMSTATS is a path: the messages name the program, not the path.
-"$KVMSTATS" --bogus >/dev/null 2>"$TMP/err"
+"$KVMSTATS" --bogus dump >/dev/null 2>"$TMP/err"
 check "a bad global option: 'kvmstats: ...', not the path it was run by" \
 	grep -qx "kvmstats: unrecognized option '--bogus'" <(head -1 "$TMP/err")
 "$KVMSTATS" dump --file "$TMP/nosuch.bin" >/dev/null 2>"$TMP/err"
