@@ -233,18 +233,25 @@ static void outputs_text(const struct cli_spec *spec, char *buf, size_t len)
 		snprintf(buf, len, "%s", text);
 }
 
-/* The common options against each other and against the command's
- * outputs, wherever they stood. */
-static int check_common(struct cli *cli, const struct cli_spec *spec)
+/* The common options against each other, wherever they stood. */
+static int check_conflicts(struct cli *cli)
 {
 	unsigned int g = cli->given;
-	char out[64];
 
 	if ((g & CLI_GIVEN_CSV) && (g & (CLI_GIVEN_JSON | CLI_GIVEN_PRETTY)))
 		return cli_bad(cli, "--csv and --%s: one output format",
 			       g & CLI_GIVEN_JSON ? "json" : "pretty");
 	if ((g & CLI_GIVEN_VERBOSE) && (g & CLI_GIVEN_QUIET))
 		return cli_bad(cli, "--verbose and --quiet: one or the other");
+	return 0;
+}
+
+/* The output asked for against those the command has. */
+static int check_outputs(struct cli *cli, const struct cli_spec *spec)
+{
+	unsigned int g = cli->given;
+	char out[64];
+
 	outputs_text(spec, out, sizeof(out));
 	if (cli->format == OUT_JSON && !(spec->outputs & CLI_OUT_JSON))
 		return cli_bad(cli, "--%s: %s prints %s", g & CLI_GIVEN_JSON ?
@@ -459,6 +466,11 @@ int cli_parse(struct cli *cli, const struct cli_spec *spec, void *ctx,
 	cli->argv = NULL;
 	if (ret != CLI_PARSED)
 		goto out;
+	/* The command checks them: before it, they may not be all. */
+	if (spec->cmd && check_conflicts(cli)) {
+		ret = EXIT_USAGE;
+		goto out;
+	}
 	/* Before the command, --help waits for it: 'kvmstats --help dump'
 	 * is dump's help. */
 	if ((cli->given & CLI_GIVEN_HELP) && (spec->cmd || optind >= argc)) {
@@ -471,7 +483,7 @@ int cli_parse(struct cli *cli, const struct cli_spec *spec, void *ctx,
 	}
 	if (!spec->cmd)
 		goto out;
-	if (check_operands(cli, spec, argc, argv) || check_common(cli, spec) ||
+	if (check_operands(cli, spec, argc, argv) || check_outputs(cli, spec) ||
 	    (spec->check && spec->check(cli, ctx)))
 		ret = EXIT_USAGE;
 out:

@@ -41,9 +41,9 @@ static bool valid_source(const char *s)
 
 /*
  * The operands that follow an option's argument in the command's argv,
- * up to the next option: `--file A B C` names three files. Works on the
- * argv main() gave the command (cli->argv) only, and only when @arg is
- * the argument getopt just returned from it. Advances optind past them;
+ * up to the next option: `--file A B C` names three files. Works while
+ * cli_parse() parses (cli->argv), and only when @arg is the argument
+ * getopt just returned. Advances optind past them;
  * GNU getopt moves them ahead of any operand it skipped, as if they had
  * been options. Returns how many were stored in @out.
  */
