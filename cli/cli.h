@@ -107,6 +107,7 @@ struct cli_spec {
 	unsigned int outputs;	/* CLI_OUT_* */
 	const char *text;	/* what the text output is: "a table" */
 	const char *about;	/* what the command does, for --help */
+	const char *page;	/* its man page: NULL for kvmstats-CMD(1) */
 	const struct cli_opt *opts;	/* the command's own */
 	/* One of the table's options: 0, or -1 after reporting a bad value. */
 	int (*opt)(struct cli *cli, void *ctx, int key, const char *arg);
@@ -156,7 +157,7 @@ enum {
 	  "allow the attach source (ptrace: see kvmstats(1))" },              \
 	{ "force", OPT_FORCE, 0, NULL, NULL,                                   \
 	  "with --attach: attach to a VMM under seccomp too" },               \
-	{ "qmp", OPT_QMP, 0, "PATH", "found in /proc",                         \
+	{ "qmp", OPT_QMP, 0, "PATH", "from QEMU's command line",               \
 	  "the QMP socket of the one --pid given" },                          \
 	{ "libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",          \
 	  "the libvirt connection to ask" }

@@ -569,7 +569,7 @@ static int demo_check(struct cli *cli, void *ctx)
 
 static const struct cli_opt demo_opts[] = {
 	{ "vms", 'n', CLI_OPT_SHORT, "N", "4",
-	  "guests to run, 1 to 64, in three VMMs" },
+	  "guests to run, 1 to 64, in up to three VMMs" },
 	{ "interval", 's', CLI_OPT_SHORT, "SECONDS", "1",
 	  "top's time between readings" },
 	{ "no-top", OPT_NO_TOP, 0, NULL, NULL,

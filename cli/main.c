@@ -182,6 +182,7 @@ static const struct cli_spec help_spec = {
 	.operands = "[COMMAND]",
 	.max_operands = 1,
 	.outputs = CLI_OUT_JSON,
+	.page = "kvmstats(1)",
 	.about = "The commands and the global options. 'help COMMAND' is "
 		 "'COMMAND --help':\nevery option of the command with its "
 		 "default; with --json, as JSON.",
@@ -241,6 +242,7 @@ static void print_version(const struct cli *cli)
 static const struct cli_spec version_spec = {
 	.cmd = "version",
 	.outputs = CLI_OUT_JSON,
+	.page = "kvmstats(1)",
 	.about = "The version, git commit (when built from git), architecture, "
 		 "compiler, and\nwhether the libvirt source is built in.",
 };

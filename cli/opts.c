@@ -359,7 +359,9 @@ static void help_text(const struct cli_spec *spec, const struct cli_opt **all,
 			printf("(default: %s)", o->def);
 		putchar('\n');
 	}
-	if (spec->cmd)
+	if (spec->page)
+		printf("\nSee %s.\n", spec->page);
+	else if (spec->cmd)
 		printf("\nSee kvmstats-%s(1).\n", spec->cmd);
 	else
 		printf("\n'%s help COMMAND' (or '%s COMMAND --help') lists a "

@@ -673,8 +673,7 @@ static int replay_check(struct cli *cli, void *ctx)
 
 static const struct cli_opt replay_opts[] = {
 	{ "from", OPT_FROM, 0, "T", "the first sample",
-	  "from T: epoch seconds, +S after the first sample, or "
-	  "YYYY-MM-DD[THH:MM[:SS]]" },
+	  "from T: epoch seconds, +S after the first, YYYY-MM-DD[THH:MM[:SS]]" },
 	{ "to", OPT_TO, 0, "T", "the last sample", "until T (as --from)" },
 	{ "rates", OPT_RATES, 0, NULL, NULL,
 	  "rates between samples (JSON and CSV: beside the values)" },
