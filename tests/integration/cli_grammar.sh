@@ -302,10 +302,19 @@ check "the completion offers no --file to commands that refuse it" \
 check "the completion offers the images after --file A" \
 	grep -qx "$VCPU" <(complete_words kvmstats dump --file "$VM" "${VCPU%.bin}")
 # PIDs for --pid: a fixed number of processes, not one per /proc entry.
-strace -f -qq -e trace=execve -o "$TMP/comp.trace" \
-	bash -c 'source "$1"; COMP_WORDS=(kvmstats top --pid ""); COMP_CWORD=3;
-		_kvmstats; echo "${#COMPREPLY[@]}"' _ "$COMP" >"$TMP/comp.out"
-execs=$(grep -c 'execve(' "$TMP/comp.trace")
+# Every program the completion may run is a shim that counts its runs,
+# and nothing else is on its PATH.
+mkdir -p "$TMP/bin"
+for p in find ls grep sed awk cut tr sort uniq cat readlink xargs head; do
+	real=$(command -v "$p") || continue
+	printf '#!/bin/sh\necho %s >>"%s"\nexec %s "$@"\n' "$p" "$TMP/runs" "$real" \
+		>"$TMP/bin/$p"
+	chmod +x "$TMP/bin/$p"
+done
+: >"$TMP/runs"
+PATH=$TMP/bin "$BASH" -c 'source "$1"; COMP_WORDS=(kvmstats top --pid ""); COMP_CWORD=3;
+	_kvmstats; echo "${#COMPREPLY[@]}"' _ "$COMP" >"$TMP/comp.out" 2>"$TMP/comp.err"
+runs=$(wc -l <"$TMP/runs")
 procs=$(ls -d /proc/[0-9]* | wc -l)
-check "--pid completion offers PIDs with $execs execs for $procs processes" \
-	test "$(cat "$TMP/comp.out")" -gt 0 -a "$execs" -le 3
+check "--pid completion offers PIDs with $runs program run(s) for $procs processes" \
+	test "$(cat "$TMP/comp.out")" -gt 0 -a "$runs" -le 2 -a ! -s "$TMP/comp.err"
