@@ -31,7 +31,9 @@
 
 /* The exporter's model and renderer, built into this program as they are
  * into kvmstats (the bench links only libkvmstats). */
-#include "../cli/prom.c"
+#include "../cli/prom_model.c"
+#include "../cli/prom_text.c"
+#include "../cli/prom_expo.c"
 #include "../cli/sanitize.c"
 
 static uint64_t clock_ns(clockid_t c)

@@ -19,18 +19,7 @@
 #include "cli.h"
 #include "sanitize.h"
 
-static const char check_usage[] =
-	"[--vms N] [--vcpus M] [--file IMAGE]... [--allow-unknown] [--json] [--verbose]";
-
-static const char check_help[] =
-	"  --vms N, --vcpus M  VMs to create and vCPUs in each (default 2 and 2)\n"
-	"  --file IMAGE        check a saved stats image instead of this kernel\n"
-	"  --allow-unknown     a type, unit or base past the ones this version\n"
-	"                      knows, or an id after a longer header, is a warning,\n"
-	"                      not a failure (for a kernel newer than kvmstats)\n"
-	"  --verbose           every rule per target, passed or not\n";
-
-enum { OPT_ALLOW_UNKNOWN = OPT_CMD_BASE };
+enum { OPT_ALLOW_UNKNOWN = OPT_CMD_BASE, OPT_VMS, OPT_VCPUS };
 
 struct check {
 	struct cli *cli;
@@ -382,65 +371,90 @@ out:
 	return ret;
 }
 
+struct check_args {
+	struct check *c;
+	char **files;
+	size_t nfiles;
+	long nvms, nvcpus;
+	bool sized;		/* --vms or --vcpus given */
+};
+
+static int check_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	struct check_args *a = ctx;
+
+	switch (key) {
+	case OPT_VMS:
+		a->nvms = cli_parse_long(cli, "--vms", arg, 1, 256);
+		a->sized = true;
+		return a->nvms < 0 ? -1 : 0;
+	case OPT_VCPUS:
+		a->nvcpus = cli_parse_long(cli, "--vcpus", arg, 0, 64);
+		a->sized = true;
+		return a->nvcpus < 0 ? -1 : 0;
+	case OPT_FILE:
+		a->files[a->nfiles++] = (char *)arg;
+		a->nfiles += cli_more_operands(cli, arg, a->files + a->nfiles);
+		return 0;
+	case OPT_ALLOW_UNKNOWN:
+		a->c->report_flags &= ~KVMSTATS_REPORT_STRICT;
+		return 0;
+	}
+	return 0;
+}
+
+static int check_check(struct cli *cli, void *ctx)
+{
+	struct check_args *a = ctx;
+
+	if (a->nfiles && a->sized)
+		return cli_bad(cli, "--vms and --vcpus size the VMs checked on "
+			       "this kernel; --file checks images instead");
+	return 0;
+}
+
+static const struct cli_opt check_opts[] = {
+	{ "vms", OPT_VMS, 0, "N", "2", "VMs to create on this kernel" },
+	{ "vcpus", OPT_VCPUS, 0, "M", "2", "vCPUs in each of them" },
+	CLI_OPT_FILE("check these image files instead of this kernel"),
+	{ "allow-unknown", OPT_ALLOW_UNKNOWN, 0, NULL, NULL,
+	  "a type, unit or base newer than kvmstats warns, does not fail" },
+	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
+	  "every rule per target, passed or not" },
+	{ 0 },
+};
+
+static const struct cli_spec check_spec = {
+	.cmd = "check",
+	.outputs = CLI_OUT_JSON,
+	.text = "a report",
+	.about = "Conformance of this kernel's stats interface, on VMs and "
+		 "vCPUs it creates\n(never run), or of image files: every "
+		 "rule, per target. Exit status 1\nwhen a rule is broken.",
+	.opts = check_opts,
+	.opt = check_opt,
+	.check = check_check,
+};
+
 int cmd_check(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		{ "vms", required_argument, NULL, 'n' },
-		{ "vcpus", required_argument, NULL, 'm' },
-		{ "file", required_argument, NULL, OPT_FILE },
-		{ "allow-unknown", no_argument, NULL, OPT_ALLOW_UNKNOWN },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct check c = { .cli = cli, .report_flags = KVMSTATS_REPORT_STRICT };
+	struct check_args a = { .c = &c, .nvms = 2, .nvcpus = 2 };
 	char **files = calloc((size_t)argc + 1, sizeof(*files));
-	long nvms = 2, nvcpus = 2;
-	size_t nfiles = 0;
-	int opt, ret = EXIT_USAGE;
+	size_t nfiles;
+	int ret;
 
 	if (!files)
 		return EXIT_FAIL;
-	while ((opt = getopt_long(argc, argv, "jvh", opts, NULL)) != -1) {
-		if (cli_format_opt(cli, opt))
-			continue;
-		switch (opt) {
-		case 'n':
-			if ((nvms = cli_parse_long(cli, "--vms", optarg, 1, 256)) < 0)
-				goto out;
-			break;
-		case 'm':
-			if ((nvcpus = cli_parse_long(cli, "--vcpus", optarg, 0, 64)) < 0)
-				goto out;
-			break;
-		case OPT_FILE:
-			files[nfiles++] = optarg;
-			break;
-		case OPT_ALLOW_UNKNOWN:
-			c.report_flags &= ~KVMSTATS_REPORT_STRICT;
-			break;
-		case 'v':
-			cli->verbose++;
-			break;
-		case 'h':
-			printf("usage: %s check %s\n%s", cli->prog, check_usage,
-			       check_help);
-			ret = EXIT_OK;
-			goto out;
-		default:
-			ret = cli_usage(cli, "check", check_usage);
-			goto out;
-		}
-	}
-	if (optind < argc) {
-		ret = cli_usage(cli, "check", check_usage);
+	a.files = files;
+	ret = cli_parse(cli, &check_spec, &a, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
+	nfiles = a.nfiles;
 	c.targets = json_object_new_array();
 	for (size_t i = 0; i < nfiles; i++)
 		check_file(&c, files[i]);
-	if (!nfiles && check_kernel(&c, (int)nvms, (int)nvcpus))
+	if (!nfiles && check_kernel(&c, (int)a.nvms, (int)a.nvcpus))
 		c.failed++;
 	if (cli->format == OUT_JSON) {
 		struct json_object *o = json_object_new_object();

@@ -26,13 +26,14 @@ enum out_format {
 struct cli {
 	const char *prog;
 	const char *cmd;	/* the command running: errors name it */
-	/* The command's own argv (as main passed it), for options that take
-	 * several operands (--file A B); NULL in a command run by another. */
+	/* The argv being parsed (cli_parse()), for options that take
+	 * several operands (--file A B). */
 	int argc;
 	char **argv;
 	enum out_format format;
 	bool pretty;
 	int verbose;
+	unsigned int given;	/* CLI_GIVEN_*: the common options seen */
 	struct kvmstats_ctx *ctx;
 };
 
@@ -48,19 +49,83 @@ void cli_err(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void cli_warn(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-int cli_usage(const struct cli *cli, const char *cmd, const char *usage);
+/* A usage error, reported: returns EXIT_USAGE. */
+int cli_bad(const struct cli *cli, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* Parse a positive integer argument; -1 on error (already reported). */
 long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 		    long min, long max);
-/* Common format options: returns true when @c was one of them. */
-bool cli_format_opt(struct cli *cli, int c);
-#define CLI_FORMAT_LONGOPTS                                                    \
-	{ "json", no_argument, NULL, 'j' },                                    \
-	{ "csv", no_argument, NULL, 'C' },                                     \
-	{ "pretty", no_argument, NULL, 'P' }
 
 void cli_print_json(const struct cli *cli, struct json_object *o);
+
+/* ---- options: one table per command (opts.c) ------------------------ */
+
+/*
+ * An option as getopt, --help (text and JSON), the man page and the bash
+ * completion know it. A command's table lists its own options; the
+ * common ones (--json, --csv, --pretty, -v, -q, -h) are added to every
+ * table, before or after the command alike, and shown by --help where
+ * the command has that output.
+ */
+struct cli_opt {
+	const char *name;	/* long name without "--"; NULL ends a table */
+	int key;		/* what the handler gets: a letter, or OPT_* */
+	unsigned int flags;	/* CLI_OPT_* */
+	const char *arg;	/* its argument's name; NULL: it takes none */
+	const char *def;	/* the default of an option with an argument */
+	const char *help;	/* one line */
+};
+
+enum {
+	CLI_OPT_SHORT = 1u << 0,	/* -KEY is the same option */
+	CLI_OPT_ALIAS = 1u << 1,	/* another name of the entry above */
+	CLI_OPT_JSON = 1u << 2,		/* shown where the command has JSON */
+	CLI_OPT_CSV = 1u << 3,		/* shown where it has CSV */
+};
+
+/* Outputs a command has besides text. */
+enum {
+	CLI_OUT_JSON = 1u << 0,
+	CLI_OUT_CSV = 1u << 1,
+};
+
+/* Common options seen (cli->given), for their conflicts. */
+enum {
+	CLI_GIVEN_JSON = 1u << 0,
+	CLI_GIVEN_CSV = 1u << 1,
+	CLI_GIVEN_PRETTY = 1u << 2,
+	CLI_GIVEN_VERBOSE = 1u << 3,
+	CLI_GIVEN_QUIET = 1u << 4,
+	CLI_GIVEN_HELP = 1u << 5,
+};
+
+struct cli_spec {
+	const char *cmd;
+	const char *operands;	/* after [OPTIONS] in the synopsis */
+	unsigned int min_operands, max_operands;
+	unsigned int outputs;	/* CLI_OUT_* */
+	const char *text;	/* what the text output is: "a table" */
+	const char *about;	/* what the command does, for --help */
+	const char *page;	/* its man page: NULL for kvmstats-CMD(1) */
+	const struct cli_opt *opts;	/* the command's own */
+	/* One of the table's options: 0, or -1 after reporting a bad value. */
+	int (*opt)(struct cli *cli, void *ctx, int key, const char *arg);
+	/* After parsing: options that conflict. 0, or EXIT_USAGE (reported). */
+	int (*check)(struct cli *cli, void *ctx);
+	/* The global level (cmd NULL): its commands, for --help. */
+	const struct cmd *cmds;
+	size_t ncmds;
+};
+
+/* cli_parse()'s "go on": anything else is the command's exit status
+ * (EXIT_OK after --help, EXIT_USAGE after a usage error, reported). */
+#define CLI_PARSED (-1)
+/* Parse a command's argv (argv[0] its name) from the start; operands are
+ * then argv[optind..argc). With @spec's cmd NULL, the global options:
+ * parsing stops at the command, argv[optind]. */
+int cli_parse(struct cli *cli, const struct cli_spec *spec, void *ctx,
+	      int argc, char **argv);
 
 /* ---- targets: what a command reads --------------------------------- */
 
@@ -76,21 +141,32 @@ enum {
 };
 
 /* The options that choose VMs, the same in every command (kvm_stat's
- * -p/--pid and -g/--guest among them). */
-#define CLI_TARGET_LONGOPTS                                                    \
-	{ "pid", required_argument, NULL, 'p' },                               \
-	{ "name", required_argument, NULL, 'g' },                              \
-	{ "guest", required_argument, NULL, 'g' },                             \
-	{ "file", required_argument, NULL, OPT_FILE },                         \
-	{ "source", required_argument, NULL, OPT_SOURCE },                     \
-	{ "attach", no_argument, NULL, OPT_ATTACH },                           \
-	{ "force", no_argument, NULL, OPT_FORCE },                             \
-	{ "qmp", required_argument, NULL, OPT_QMP },                           \
-	{ "libvirt-uri", required_argument, NULL, OPT_LIBVIRT_URI }
-#define CLI_TARGET_SHORTOPTS "p:g:"
-#define CLI_TARGET_USAGE                                                       \
-	"[--pid PID]... [--name REGEX] [--source auto|fd|attach|qmp|libvirt|debugfs]\n" \
-	"       [--attach [--force]] [--qmp PATH] [--libvirt-uri URI]"
+ * -p/--pid and -g/--guest among them): entries of a command's table. */
+#define CLI_OPT_PID(help)                                                      \
+	{ "pid", 'p', CLI_OPT_SHORT, "PID", "every VMM", help }
+#define CLI_OPT_NAME(help)                                                     \
+	{ "name", 'g', CLI_OPT_SHORT, "REGEX", "every name", help },           \
+	{ "guest", 'g', CLI_OPT_ALIAS, "REGEX", NULL, NULL }
+#define CLI_OPT_FILE(help)                                                     \
+	{ "file", OPT_FILE, 0, "IMAGE...", "none", help }
+/* How VMMs are read. */
+#define CLI_OPTS_SOURCE                                                        \
+	{ "source", OPT_SOURCE, 0, "SOURCE", "auto",                          \
+	  "read through this source only: fd, attach, qmp, libvirt, debugfs" }, \
+	{ "attach", OPT_ATTACH, 0, NULL, NULL,                                 \
+	  "allow the attach source (ptrace: see kvmstats(1))" },              \
+	{ "force", OPT_FORCE, 0, NULL, NULL,                                   \
+	  "with --attach: attach to a VMM under seccomp too" },               \
+	{ "qmp", OPT_QMP, 0, "PATH", "from QEMU's command line",               \
+	  "the QMP socket of the one --pid given" },                          \
+	{ "libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",          \
+	  "the libvirt connection to ask" }
+/* Live VMMs: every target option but --file. */
+#define CLI_OPTS_TARGET                                                        \
+	CLI_OPT_PID("only this VMM process (repeatable)"),                     \
+	CLI_OPT_NAME("only VMMs whose name matches (QEMU's -name, else the "   \
+		     "process name)"),                                         \
+	CLI_OPTS_SOURCE
 
 #include <regex.h>
 
@@ -115,6 +191,13 @@ size_t cli_more_operands(struct cli *cli, const char *arg, char **out);
 /* 1: @c was a target option (consumed), 0: not one, -1: bad value. */
 int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 		   const char *arg);
+/* Target options that conflict (--force without --attach, --attach with
+ * another --source...): 0 or EXIT_USAGE (reported). --qmp also names the
+ * monitor that tells guest RAM when @qmp_ram. */
+int target_args_check(struct cli *cli, const struct target_args *a,
+		      bool qmp_ram);
+/* Was an option that chooses VMMs given (not --file)? */
+bool target_args_host(const struct target_args *a);
 /* A host object for these options (not refreshed yet). */
 struct kvmstats_host *target_host_new(struct cli *cli,
 				      const struct target_args *a);
@@ -174,9 +257,15 @@ struct csv {
 void csv_field(struct csv *c, const char *s);
 void csv_u64(struct csv *c, uint64_t v);
 void csv_int(struct csv *c, long long v);
+void csv_double(struct csv *c, double v, int decimals);
 /* An empty field: a value that is not there (the pid of a file, a stat
  * its source could not read). */
 void csv_empty(struct csv *c);
+/* The vcpu,stat,index,value columns of a per-value row: vcpu empty for
+ * a VM's stats (@vcpu < 0), value empty for a stat its source could not
+ * read (@v NULL), else @v[@k]. */
+void csv_value(struct csv *c, int vcpu, const struct kvmstats_stat *st,
+	       uint32_t k, const uint64_t *v);
 void csv_end(struct csv *c);
 
 /* Drop every capability but the @n in @keep (CAP_*), bounding set

@@ -30,9 +30,6 @@
 
 #include "cli.h"
 
-static const char demo_usage[] =
-	"[--no-top] [--vms N] [--interval SECONDS] [--recording]";
-
 #define MAX_GUESTS 3
 #define READY_TIMEOUT_MS 20000
 
@@ -236,10 +233,7 @@ static int play_recording(struct cli *cli, int err, const char *interval)
 				 : "modprobe kvm_intel or kvm_amd");
 	if (!interval)
 		argv[4] = NULL;
-	cli->argc = interval ? 6 : 4;
-	cli->argv = argv;
-	optind = 0;
-	ret = top_main(cli, cli->argc, argv, &banner);
+	ret = top_main(cli, interval ? 6 : 4, argv, &banner);
 	if (ret == EXIT_OK && err) {
 		cli_err(cli, "that was a recording (%s): /dev/kvm: %s",
 			path, strerror(err));
@@ -479,9 +473,6 @@ static int run_top(struct demo *d, const char *interval)
 		argv[argc++] = (char *)interval;
 	}
 	argv[argc] = NULL;
-	d->cli->argc = argc;
-	d->cli->argv = argv;
-	optind = 0;
 	return cmd_top(d->cli, argc, argv);
 }
 
@@ -526,67 +517,96 @@ static int run_quiet(struct demo *d)
 	return alive ? EXIT_OK : EXIT_FAIL;
 }
 
-static int parse(struct cli *cli, int argc, char **argv, bool *no_top,
-		 long *nvms, const char **interval, bool *recording)
-{
-	static const struct option opts[] = {
-		{"no-top", no_argument, NULL, OPT_NO_TOP},
-		{"vms", required_argument, NULL, 'n'},
-		{"interval", required_argument, NULL, 's'},
-		{"recording", no_argument, NULL, OPT_RECORDING},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	int c;
+struct demo_args {
+	bool no_top, recording, vms_set;
+	long nvms;
+	const char *interval;
+};
 
-	while ((c = getopt_long(argc, argv, "n:s:h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_NO_TOP:
-			*no_top = true;
-			break;
-		case 'n':
-			*nvms = cli_parse_long(cli, "--vms", optarg, 1, 64);
-			if (*nvms < 0)
-				return EXIT_USAGE;
-			break;
-		case 's':
-			*interval = optarg;
-			break;
-		case OPT_RECORDING:
-			*recording = true;
-			break;
-		case 'h':
-			printf("usage: %s demo %s\n", cli->prog, demo_usage);
+static int demo_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	struct demo_args *a = ctx;
+	char *end;
+
+	switch (key) {
+	case OPT_NO_TOP:
+		a->no_top = true;
+		break;
+	case 'n':
+		a->nvms = cli_parse_long(cli, "--vms", arg, 1, 64);
+		a->vms_set = true;
+		return a->nvms < 0 ? -1 : 0;
+	case 's':
+		/* Checked now, as top will, before any guest starts. */
+		if (!(strtod(arg, &end) >= 0.01) || *end || end == arg ||
+		    strtod(arg, NULL) > 3600) {
+			cli_err(cli, "--interval: '%s' is not a number of "
+				"seconds in 0.01..3600", arg);
 			return -1;
-		default:
-			return cli_usage(cli, "demo", demo_usage);
 		}
-	}
-	if (optind < argc) {
-		cli_err(cli, "unexpected argument '%s'", argv[optind]);
-		return cli_usage(cli, "demo", demo_usage);
-	}
-	if (*recording && *no_top) {
-		cli_err(cli, "--recording plays in top; --no-top runs guests");
-		return EXIT_USAGE;
+		a->interval = arg;
+		break;
+	case OPT_RECORDING:
+		a->recording = true;
+		break;
 	}
 	return 0;
 }
 
+static int demo_check(struct cli *cli, void *ctx)
+{
+	struct demo_args *a = ctx;
+
+	if (a->recording && a->no_top)
+		return cli_bad(cli, "--recording plays in top; --no-top runs "
+			       "guests");
+	if (a->recording && a->vms_set)
+		return cli_bad(cli, "--vms: the recording has the VMs it has");
+	if (a->no_top && a->interval)
+		return cli_bad(cli, "--interval is top's; --no-top shows none");
+	return 0;
+}
+
+static const struct cli_opt demo_opts[] = {
+	{ "vms", 'n', CLI_OPT_SHORT, "N", "4",
+	  "guests to run, 1 to 64, in up to three VMMs" },
+	{ "interval", 's', CLI_OPT_SHORT, "SECONDS", "1",
+	  "top's time between readings" },
+	{ "no-top", OPT_NO_TOP, 0, NULL, NULL,
+	  "run the guests until Ctrl-C, for another tool to watch" },
+	{ "recording", OPT_RECORDING, 0, NULL, NULL,
+	  "play the recording of the demo's guests, as without /dev/kvm" },
+	{ 0 },
+};
+
+static const struct cli_spec demo_spec = {
+	.cmd = "demo",
+	.text = "a screen",
+	.about = "Real VMs to look at: start the project's tiny VMM with a few "
+		 "workloads and open\ntop on them; every guest stops with it. "
+		 "Without /dev/kvm (or with\n--recording), play a recording of "
+		 "them instead, looping.",
+	.opts = demo_opts,
+	.opt = demo_opt,
+	.check = demo_check,
+};
+
 int cmd_demo(struct cli *cli, int argc, char **argv)
 {
 	struct demo d = {.cli = cli};
-	const char *interval = NULL;
-	bool no_top = false, recording = false, tty;
+	struct demo_args a = { .nvms = 4 };
+	const char *interval;
+	bool no_top, tty;
 	char rec[PATH_MAX];
-	long nvms = 4;
 	size_t running;
 	sigset_t old;
 	int ret, err;
 
-	ret = parse(cli, argc, argv, &no_top, &nvms, &interval, &recording);
-	if (ret)
-		return ret < 0 ? EXIT_OK : ret;
+	ret = cli_parse(cli, &demo_spec, &a, argc, argv);
+	if (ret != CLI_PARSED)
+		return ret;
+	interval = a.interval;
+	no_top = a.no_top;
 	tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
 	err = kvm_errno();
 	if (err && (no_top || !tty)) {
@@ -598,7 +618,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		cli_err(cli, "top needs a terminal; use 'demo --no-top'");
 		return EXIT_FAIL;
 	}
-	if (err || recording)
+	if (err || a.recording)
 		return play_recording(cli, err, interval);
 	if (find_tinyvmm(&d))
 		return EXIT_FAIL;
@@ -607,7 +627,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 		cli_err(cli, "%s: %s", d.dir, strerror(errno));
 		return EXIT_FAIL;
 	}
-	plan(&d, nvms);
+	plan(&d, a.nvms);
 	sigemptyset(&d.stop);
 	sigaddset(&d.stop, SIGINT);
 	sigaddset(&d.stop, SIGTERM);
@@ -632,8 +652,7 @@ int cmd_demo(struct cli *cli, int argc, char **argv)
 	}
 	if (running < d.n) {
 		/* Let the warnings be read before the screen takes over. */
-		fprintf(stderr, "%s: demo: going on with %zu of %zu guests\n",
-			cli->prog, running, d.n);
+		cli_warn(cli, "going on with %zu of %zu guests", running, d.n);
 		sleep_ms(3000);
 	}
 	/* top catches these itself while it runs; around it, a stop

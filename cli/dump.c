@@ -14,10 +14,6 @@
 #include "cli.h"
 #include "sanitize.h"
 
-static const char dump_usage[] =
-	"[--file IMAGE...]... [--save DIR] [--json|--csv] [--pretty] "
-	"[--verbose]\n       " CLI_TARGET_USAGE;
-
 /* --verbose: JSON stats and CSV rows carry their schema (type, unit,
  * base, exponent, histogram bounds). */
 static bool verbose;
@@ -238,16 +234,7 @@ static void csv_reading(struct csv *c, const struct reading *rd,
 			csv_field(c, w->name);
 			csv_field(c, w->path ? w->path : "");
 			csv_field(c, kvmstats_reader__id(rd->r));
-			if (w->vcpu >= 0)
-				csv_int(c, w->vcpu);
-			else
-				csv_empty(c);
-			csv_field(c, kvmstats_stat__name(st));
-			csv_u64(c, k);
-			if (miss)
-				csv_empty(c);
-			else
-				csv_u64(c, v[k]);
+			csv_value(c, w->vcpu, st, k, miss ? NULL : v);
 			if (verbose)
 				csv_schema(c, st, k);
 			csv_end(c);
@@ -544,55 +531,70 @@ static int save_all(struct cli *cli, struct target_set *t, const char *dir)
 	return failed ? -1 : 0;
 }
 
+struct dump_args {
+	struct target_args t;
+	const char *save;
+};
+
+static int dump_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	struct dump_args *d = ctx;
+	int used = cli_target_opt(cli, &d->t, key, arg);
+
+	if (used)
+		return used < 0 ? -1 : 0;
+	if (key == 's')
+		d->save = arg;
+	return 0;
+}
+
+static int dump_check(struct cli *cli, void *ctx)
+{
+	struct dump_args *d = ctx;
+
+	if (d->save && d->t.nfiles && !target_args_host(&d->t))
+		return cli_bad(cli, "--save writes the images of VMMs, and "
+			       "--file reads images: nothing to save");
+	return target_args_check(cli, &d->t, false);
+}
+
+static const struct cli_opt dump_opts[] = {
+	CLI_OPTS_TARGET,
+	CLI_OPT_FILE("read these image files (every operand up to the next "
+		     "option)"),
+	{ "save", 's', CLI_OPT_SHORT, "DIR", "none",
+	  "write each target's image to DIR/PID-vmI[-vcpuN].bin" },
+	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
+	  "each value with its type, unit, base, exponent, bucket bounds" },
+	{ 0 },
+};
+
+static const struct cli_spec dump_spec = {
+	.cmd = "dump",
+	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
+	.text = "a table",
+	.about = "One reading of every VM and vCPU (of the VMMs chosen, and of "
+		 "image files):\na table with units, raw values as JSON, or "
+		 "one CSV row per value.",
+	.opts = dump_opts,
+	.opt = dump_opt,
+	.check = dump_check,
+};
+
 int cmd_dump(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		CLI_TARGET_LONGOPTS,
-		{ "save", required_argument, NULL, 's' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	struct target_args a;
-	const char *save = NULL;
+	struct dump_args d = { 0 };
 	struct target_set t = { 0 };
-	int c, ret = EXIT_USAGE;
+	int ret;
 
-	if (target_args_init(&a, argc))
+	if (target_args_init(&d.t, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "s:vh",
-				opts, NULL)) != -1) {
-		int used = cli_target_opt(cli, &a, c, optarg);
-
-		if (used < 0)
-			goto out;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		switch (c) {
-		case 's':
-			save = optarg;
-			break;
-		case 'v':
-			verbose = true;
-			break;
-		case 'h':
-			printf("usage: %s dump %s\n", cli->prog, dump_usage);
-			ret = EXIT_OK;
-			goto out;
-		default:
-			ret = cli_usage(cli, "dump", dump_usage);
-			goto out;
-		}
-	}
-	if (optind < argc) {
-		cli_err(cli, "dump: unexpected argument '%s'", argv[optind]);
-		ret = cli_usage(cli, "dump", dump_usage);
+	ret = cli_parse(cli, &dump_spec, &d, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
-	verbose |= cli->verbose > 0;
+	verbose = cli->verbose > 0;
 	ret = EXIT_FAIL;
-	if (targets_open(cli, &t, &a))
+	if (targets_open(cli, &t, &d.t))
 		goto out;
 	if (cli->format == OUT_JSON)
 		print_json(cli, &t);
@@ -600,13 +602,13 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 		print_csv(&t);
 	else
 		print_table(&t);
-	if (save && save_all(cli, &t, save))
+	if (d.save && save_all(cli, &t, d.save))
 		t.failures++;
 	if (read_errors)
 		cli_err(cli, "%d reading(s) failed", read_errors);
 	ret = t.failures || read_errors ? EXIT_FAIL : EXIT_OK;
 out:
 	targets_close(&t);
-	target_args_free(&a);
+	target_args_free(&d.t);
 	return ret;
 }

@@ -16,8 +16,6 @@
 #include "cli.h"
 #include "sanitize.h"
 
-static const char list_usage[] = "[--json] [--pretty] [--verbose]\n       "
-	CLI_TARGET_USAGE;
 
 struct vmm_row {
 	pid_t pid;
@@ -268,6 +266,42 @@ static void print_table(const struct vmm_row *rows, size_t n)
 	}
 }
 
+/* One row per VMM, the table's columns with raw values: memory in bytes
+ * (empty when unknown), the sources that can read it as one field. */
+static void print_csv(const struct vmm_row *rows, size_t n)
+{
+	static const char *const head[] = {
+		"pid", "name", "vms", "vcpus", "memory_bytes", "source",
+		"vm_source", "vcpu_source", "sources",
+	};
+	struct csv c = { .f = stdout };
+	struct cells cl;
+
+	for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+		csv_field(&c, head[i]);
+	csv_end(&c);
+	for (size_t i = 0; i < n; i++) {
+		const struct vmm_row *r = &rows[i];
+
+		if (r->gone)
+			continue;
+		row_cells(r, &cl);
+		csv_int(&c, r->pid);
+		csv_field(&c, r->name);
+		csv_int(&c, r->vms);
+		csv_int(&c, r->vcpus);
+		if (r->memory)
+			csv_u64(&c, r->memory);
+		else
+			csv_empty(&c);
+		csv_field(&c, r->source ? r->source : "");
+		csv_field(&c, r->vm_source ? r->vm_source : "");
+		csv_field(&c, r->vcpu_source ? r->vcpu_source : "");
+		csv_field(&c, r->nsources ? cl.sources : "");
+		csv_end(&c);
+	}
+}
+
 /* --verbose: per VMM, the sources of each level and what QMP said. */
 static void print_details(const struct vmm_row *rows, size_t n)
 {
@@ -339,49 +373,51 @@ static int collect(struct cli *cli, const struct target_args *a,
 	return bad;
 }
 
+static int list_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	return cli_target_opt(cli, ctx, key, arg) < 0 ? -1 : 0;
+}
+
+/* --qmp tells memory even with another --source. */
+static int list_check(struct cli *cli, void *ctx)
+{
+	return target_args_check(cli, ctx, true);
+}
+
+static const struct cli_opt list_opts[] = {
+	CLI_OPT_PID("only this VMM (repeatable); one that holds no VM fd is "
+		    "an error"),
+	CLI_OPT_NAME("only VMMs whose name matches"),
+	CLI_OPTS_SOURCE,
+	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
+	  "per VMM: the source of each level and why, what QMP said" },
+	{ 0 },
+};
+
+static const struct cli_spec list_spec = {
+	.cmd = "list",
+	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
+	.text = "a table",
+	.about = "The VMMs on the host (processes that hold a KVM VM fd): "
+		 "their VMs, vCPUs,\nmemory, the sources that can read them "
+		 "and the one that does.",
+	.opts = list_opts,
+	.opt = list_opt,
+	.check = list_check,
+};
+
 int cmd_list(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		CLI_TARGET_LONGOPTS,
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct vmm_row *rows = NULL;
 	struct target_args a;
 	size_t n = 0, kept = 0;
-	int c, bad, ret = EXIT_USAGE;
+	int bad, ret;
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "vh", opts,
-				NULL)) != -1) {
-		int used = c == OPT_FILE ? 0 : cli_target_opt(cli, &a, c, optarg);
-
-		if (used < 0)
-			goto out;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		if (c == 'v') {
-			cli->verbose++;
-			continue;
-		}
-		if (c == 'h') {
-			printf("usage: %s list %s\n", cli->prog, list_usage);
-			ret = EXIT_OK;
-			goto out;
-		}
-		if (c == OPT_FILE)
-			cli_err(cli, "list: --file is not a VMM");
-		ret = cli_usage(cli, "list", list_usage);
+	ret = cli_parse(cli, &list_spec, &a, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
-	if (optind < argc) {
-		cli_err(cli, "list: unexpected argument '%s'", argv[optind]);
-		ret = cli_usage(cli, "list", list_usage);
-		goto out;
-	}
 	ret = EXIT_FAIL;
 	bad = collect(cli, &a, &rows, &n);
 	if (bad < 0)
@@ -403,11 +439,13 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 		goto out;
 	if (cli->format == OUT_JSON)
 		print_json(cli, rows, n);
+	else if (cli->format == OUT_CSV)
+		print_csv(rows, n);
 	else if (n)
 		print_table(rows, n);
 	else
 		printf("no VMM on this host (no process holds a KVM VM fd)\n");
-	if (cli->format != OUT_JSON && cli->verbose > 0)
+	if (cli->format == OUT_TABLE && cli->verbose > 0)
 		print_details(rows, n);
 	ret = bad ? EXIT_FAIL : EXIT_OK;
 out:

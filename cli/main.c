@@ -2,9 +2,10 @@
 /*
  * kvmstats: KVM's binary statistics for every VM on the host.
  *
- *   kvmstats [--json|--csv] [--pretty] [-v] COMMAND [OPTIONS]
+ *   kvmstats [OPTIONS] [COMMAND [OPTIONS]]
  *
- * Only main() exits; every command returns EXIT_OK, EXIT_FAIL or
+ * One grammar in every command (opts.c): the common options stand before
+ * or after the command. Only main() exits; every command returns EXIT_OK, EXIT_FAIL or
  * EXIT_USAGE.
  */
 #include <errno.h>
@@ -44,29 +45,23 @@ static const struct cmd cmds[] = {
 	{ "check", cmd_check, "check the kernel's stats interface, or image files" },
 	{ "demo", cmd_demo, "run built-in guests and watch them in top" },
 	{ "version", cmd_version, "print the version" },
-	{ "help", cmd_help, "this text" },
+	{ "help", cmd_help, "the commands, or a command's options" },
 };
 
 /* "kvmstats: CMD: [warning: ]message", one line, whatever names it
  * holds: a VMM's name or a file's stat name may carry escape sequences for
- * the terminal, or a newline that would forge a line of ours. A message
- * that names its command itself ("dump: ...") does not get it twice. */
+ * the terminal, or a newline that would forge a line of ours. */
 static void vmsg(const struct cli *cli, const char *tag, const char *fmt,
 		 va_list ap)
 {
-	size_t n = cli->cmd ? strlen(cli->cmd) : 0;
 	char msg[2048], out[4096];
-	const char *m = out;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	str_escape(out, sizeof(out), msg);
-	if (!cli->cmd) {
-		fprintf(stderr, "%s: %s%s\n", cli->prog, tag, m);
-		return;
-	}
-	if (!strncmp(m, cli->cmd, n) && m[n] == ':' && m[n + 1] == ' ')
-		m += n + 2;
-	fprintf(stderr, "%s: %s: %s%s\n", cli->prog, cli->cmd, tag, m);
+	if (!cli->cmd)
+		fprintf(stderr, "%s: %s%s\n", cli->prog, tag, out);
+	else
+		fprintf(stderr, "%s: %s: %s%s\n", cli->prog, cli->cmd, tag, out);
 }
 
 void cli_err(const struct cli *cli, const char *fmt, ...)
@@ -87,9 +82,13 @@ void cli_warn(const struct cli *cli, const char *fmt, ...)
 	va_end(ap);
 }
 
-int cli_usage(const struct cli *cli, const char *cmd, const char *usage)
+int cli_bad(const struct cli *cli, const char *fmt, ...)
 {
-	fprintf(stderr, "usage: %s %s %s\n", cli->prog, cmd, usage);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(cli, "", fmt, ap);
+	va_end(ap);
 	return EXIT_USAGE;
 }
 
@@ -109,23 +108,6 @@ long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 	return v;
 }
 
-bool cli_format_opt(struct cli *cli, int c)
-{
-	switch (c) {
-	case 'j':
-		cli->format = OUT_JSON;
-		return true;
-	case 'C':
-		cli->format = OUT_CSV;
-		return true;
-	case 'P':
-		cli->format = OUT_JSON;
-		cli->pretty = true;
-		return true;
-	}
-	return false;
-}
-
 void cli_print_json(const struct cli *cli, struct json_object *o)
 {
 	int flags = JSON_C_TO_STRING_NOSLASHESCAPE |
@@ -140,47 +122,93 @@ void cli_print_json(const struct cli *cli, struct json_object *o)
 		json_object_put(clean);
 }
 
-static void usage(FILE *f, const char *prog)
+/* ---- the global options, help, version ----------------------------- */
+
+static int main_opt(struct cli *cli, void *ctx, int key, const char *arg)
 {
-	fprintf(f,
-		"usage: %s [--json|--csv] [--pretty] [--verbose] COMMAND [OPTIONS]\n\n"
-		"Commands:\n",
-		prog);
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].summary);
-	fprintf(f, "\n'%s COMMAND --help' tells a command's options; see kvmstats(1).\n"
-		   "Exit status: 0 success, 1 failure (or a violation found by check),\n"
-		   "2 usage error.\n",
-		prog);
+	(void)cli;
+	(void)arg;
+	if (key == 'V')
+		*(bool *)ctx = true;
+	return 0;
 }
 
-static const struct cmd *find_cmd(const char *name);
+static const struct cli_opt main_opts[] = {
+	{ "version", 'V', CLI_OPT_SHORT, NULL, NULL,
+	  "print the version, as the version command does" },
+	{ 0 },
+};
+
+/* --csv is one of them, for the commands that print CSV. */
+static const struct cli_spec main_spec = {
+	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
+	.about = "KVM's binary statistics for every VM and vCPU on the host. "
+		 "Without a command:\ntop, and options the global level does "
+		 "not take are top's (kvmstats -1 -p PID).",
+	.opts = main_opts,
+	.opt = main_opt,
+	.cmds = cmds,
+	.ncmds = sizeof(cmds) / sizeof(cmds[0]),
+};
+
+/* Commands may be abbreviated to any unique prefix, as in bpftool. */
+static const struct cmd *find_cmd(const char *name)
+{
+	const struct cmd *found = NULL;
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (!strcmp(cmds[i].name, name))
+			return &cmds[i];
+		if (!strncmp(cmds[i].name, name, n)) {
+			if (found)
+				return NULL;
+			found = &cmds[i];
+		}
+	}
+	return found;
+}
+
+static void lib_log(enum kvmstats_log_level level, const char *msg, void *arg)
+{
+	struct cli *cli = arg;
+
+	if (level == KVMSTATS_LOG_WARN ? cli->verbose >= 0 : cli->verbose > 0)
+		cli_warn(cli, "%s", msg);
+}
+
+static const struct cli_spec help_spec = {
+	.cmd = "help",
+	.operands = "[COMMAND]",
+	.max_operands = 1,
+	.outputs = CLI_OUT_JSON,
+	.page = "kvmstats(1)",
+	.about = "The commands and the global options. 'help COMMAND' is "
+		 "'COMMAND --help':\nevery option of the command with its "
+		 "default; with --json, as JSON.",
+};
 
 /* `kvmstats help CMD` is `kvmstats CMD --help`. */
 static int cmd_help(struct cli *cli, int argc, char **argv)
 {
 	char *hargv[] = { NULL, "--help", NULL };
 	const struct cmd *c;
+	int ret;
 
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage(stdout, cli->prog);
-		return EXIT_OK;
+	ret = cli_parse(cli, &help_spec, NULL, argc, argv);
+	if (ret != CLI_PARSED)
+		return ret;
+	if (optind >= argc) {
+		cli->cmd = NULL;
+		hargv[0] = (char *)cli->prog;
+		return cli_parse(cli, &main_spec, NULL, 2, hargv);
 	}
-	if (argc > 2) {
-		cli_err(cli, "unexpected argument '%s'", argv[2]);
-		return cli_usage(cli, "help", "[COMMAND]");
-	}
-	c = find_cmd(argv[1]);
-	if (!c) {
-		cli_err(cli, "what is '%s'? Try '%s help'.", argv[1],
-			cli->prog);
-		return EXIT_USAGE;
-	}
+	c = find_cmd(argv[optind]);
+	if (!c)
+		return cli_bad(cli, "what is '%s'? Try '%s help'.",
+			       argv[optind], cli->prog);
 	cli->cmd = c->name;
-	hargv[0] = argv[0];
-	cli->argc = 2;
-	cli->argv = hargv;
-	optind = 0;
+	hargv[0] = (char *)c->name;
 	return c->fn(cli, 2, hargv);
 }
 
@@ -211,120 +239,99 @@ static void print_version(const struct cli *cli)
 	json_object_put(o);
 }
 
+static const struct cli_spec version_spec = {
+	.cmd = "version",
+	.outputs = CLI_OUT_JSON,
+	.page = "kvmstats(1)",
+	.about = "The version, git commit (when built from git), architecture, "
+		 "compiler, and\nwhether the libvirt source is built in.",
+};
+
 static int cmd_version(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	static const char version_usage[] = "[--json [--pretty]]";
-	int c;
+	int ret = cli_parse(cli, &version_spec, NULL, argc, argv);
 
-	while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-		if (c == 'C') {
-			cli_err(cli, "--csv: version prints text or JSON");
-			return EXIT_USAGE;
-		}
-		if (cli_format_opt(cli, c))
-			continue;
-		if (c == 'h') {
-			printf("usage: %s version %s\n\n"
-			       "The version, git commit (when built from git), "
-			       "architecture, compiler, and\n"
-			       "whether the libvirt source is built in.\n"
-			       "  --json    one JSON object\n"
-			       "  --pretty  indented JSON (implies --json)\n",
-			       cli->prog, version_usage);
-			return EXIT_OK;
-		}
-		return cli_usage(cli, "version", version_usage);
-	}
-	if (optind < argc) {
-		cli_err(cli, "unexpected argument '%s'", argv[optind]);
-		return cli_usage(cli, "version", version_usage);
-	}
+	if (ret != CLI_PARSED)
+		return ret;
 	print_version(cli);
 	return EXIT_OK;
 }
 
-/* Commands may be abbreviated to any unique prefix, as in bpftool. */
-static const struct cmd *find_cmd(const char *name)
+/*
+ * kvm_stat's way: options without a command are top's (`kvmstats -1 -p
+ * 42`). True when no word names a command and an option is one the global
+ * level does not take.
+ */
+static bool top_options(int argc, char **argv)
 {
-	const struct cmd *found = NULL;
-	size_t n = strlen(name);
+	static const char *const global[] = {
+		"-j", "--json", "--csv", "--pretty", "-v", "--verbose", "-q",
+		"--quiet", "-h", "--help", "-V", "--version",
+	};
+	bool other = false;
 
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (!strcmp(cmds[i].name, name))
-			return &cmds[i];
-		if (!strncmp(cmds[i].name, name, n)) {
-			if (found)
-				return NULL;
-			found = &cmds[i];
-		}
+	for (int i = 1; i < argc; i++) {
+		bool known = false;
+
+		if (argv[i][0] != '-' && find_cmd(argv[i]))
+			return false;
+		if (argv[i][0] != '-')
+			continue;
+		for (size_t k = 0; k < sizeof(global) / sizeof(global[0]); k++)
+			known |= !strcmp(argv[i], global[k]);
+		other |= !known;
 	}
-	return found;
+	return other;
 }
 
-static void lib_log(enum kvmstats_log_level level, const char *msg, void *arg)
+/* The global options, then the command (top when there is none): its
+ * argv into *@argc, *@argv. CLI_PARSED, or the exit status. */
+static int global(struct cli *cli, int *argc, char ***argv,
+		  const struct cmd **cmd)
 {
-	struct cli *cli = arg;
+	static char *top_argv[] = { "top", NULL };
+	bool version = false;
+	int ret;
 
-	if (level == KVMSTATS_LOG_WARN ? cli->verbose >= 0 : cli->verbose > 0)
-		cli_warn(cli, "%s", msg);
+	ret = cli_parse(cli, &main_spec, &version, *argc, *argv);
+	if (ret != CLI_PARSED)
+		return ret;
+	if (version) {
+		print_version(cli);
+		return EXIT_OK;
+	}
+	/* No command: top, as kvm_stat opens its live view. */
+	if (optind >= *argc) {
+		*argc = 1;
+		*argv = top_argv;
+		return CLI_PARSED;
+	}
+	*cmd = find_cmd((*argv)[optind]);
+	if (!*cmd)
+		return cli_bad(cli, "what is '%s'? Try '%s help'.",
+			       (*argv)[optind], cli->prog);
+	*argc -= optind;
+	*argv += optind;
+	return CLI_PARSED;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 },
-	};
 	struct cli cli = { .prog = "kvmstats" };
-	char getopt_prog[64];
-	const struct cmd *cmd;
-	int c, ret;
+	const struct cmd *cmd = &cmds[0];
+	int ret;
 
 	/* A reader piping us into head must not kill us mid-write. */
 	signal(SIGPIPE, SIG_IGN);
 #ifdef HAVE_LIBVIRT
 	virSetErrorFunc(NULL, libvirt_quiet);
 #endif
-	/* getopt's own messages ("unrecognized option") name argv[0]: the
-	 * program, not the path it was run by. */
-	argv[0] = (char *)cli.prog;
-	while ((c = getopt_long(argc, argv, "+jvqhV", opts, NULL)) != -1) {
-		if (cli_format_opt(&cli, c))
-			continue;
-		switch (c) {
-		case 'v':
-			cli.verbose++;
-			break;
-		case 'q':
-			cli.verbose = -1;
-			break;
-		case 'h':
-			usage(stdout, cli.prog);
-			return EXIT_OK;
-		case 'V':
-			print_version(&cli);
-			return EXIT_OK;
-		default:
-			usage(stderr, cli.prog);
-			return EXIT_USAGE;
-		}
-	}
-	/* No command: top, as kvm_stat opens its live view. */
-	cmd = optind < argc ? find_cmd(argv[optind]) : &cmds[0];
-	if (optind >= argc)
-		optind--;	/* the command's argv[0] is then the program */
-	if (!cmd) {
-		cli_err(&cli, "what is '%s'? Try '%s help'.", argv[optind], cli.prog);
-		return EXIT_USAGE;
+	if (top_options(argc, argv)) {
+		argv[0] = (char *)cmd->name;
+	} else {
+		ret = global(&cli, &argc, &argv, &cmd);
+		if (ret != CLI_PARSED)
+			return ret;
 	}
 	cli.ctx = kvmstats_ctx__new(&(struct kvmstats_ctx_opts){
 		.sz = sizeof(struct kvmstats_ctx_opts), .log = lib_log,
@@ -333,16 +340,8 @@ int main(int argc, char **argv)
 		cli_err(&cli, "out of memory");
 		return EXIT_FAIL;
 	}
-	argc -= optind;
-	argv += optind;
-	optind = 0;	/* reset getopt for the command's own options */
-	/* ... and in a command, "kvmstats: CMD: unrecognized option". */
+	/* From here on, every message is "kvmstats: CMD: ...". */
 	cli.cmd = cmd->name;
-	cli.argc = argc;
-	cli.argv = argv;
-	snprintf(getopt_prog, sizeof(getopt_prog), "%s: %s", cli.prog,
-		 cmd->name);
-	argv[0] = getopt_prog;
 	ret = cmd->fn(&cli, argc, argv);
 	kvmstats_ctx__free(cli.ctx);
 	if (fflush(stdout) || ferror(stdout)) {

@@ -27,12 +27,6 @@
 #include "sanitize.h"
 #include "kvmstats_mem.h"
 
-static const char plan_usage[] =
-	"[--method stats|pagemap|sample|scan|all] [--interval S]\n"
-	"       [--bandwidth BYTES/S] [--downtime MS] [--max-cpu N] [--rate MIB/S]\n"
-	"       [--region [PID:]START-END]... [--pagemap auto|scan|read] [--seed N]\n"
-	"       [--json] " CLI_TARGET_USAGE;
-
 enum {
 	OPT_METHOD = OPT_CMD_BASE,
 	OPT_INTERVAL,
@@ -183,39 +177,43 @@ static bool parse_pagemap(const struct cli *cli, const char *arg,
 	return true;
 }
 
-/* 1: used, 0: not ours, -1: bad value (reported). */
-static int plan_opt(struct cli *cli, struct plan_args *a, int c, const char *arg)
+/* 0, or -1 on a bad value (reported). */
+static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 {
+	struct plan_args *a = ctx;
+	int used = cli_target_opt(cli, &a->t, c, arg);
 	long v;
 
+	if (used)
+		return used < 0 ? -1 : 0;
 	switch (c) {
 	case OPT_METHOD:
-		return parse_methods(cli, arg, &a->methods) ? 1 : -1;
+		return parse_methods(cli, arg, &a->methods) ? 0 : -1;
 	case OPT_INTERVAL:
-		return parse_double(cli, "--interval", arg, 0, &a->interval) ? 1 : -1;
+		return parse_double(cli, "--interval", arg, 0, &a->interval) ? 0 : -1;
 	case OPT_BANDWIDTH:
-		return parse_bytes(cli, "--bandwidth", arg, &a->bandwidth) ? 1 : -1;
+		return parse_bytes(cli, "--bandwidth", arg, &a->bandwidth) ? 0 : -1;
 	case OPT_DOWNTIME:
-		return parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 1 : -1;
+		return parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 0 : -1;
 	case OPT_MAX_CPU:
 		if (!parse_double(cli, "--max-cpu", arg, 0.01, &a->max_cpu))
 			return -1;
-		return 1;
+		return 0;
 	case OPT_RATE:
 		if (!parse_double(cli, "--rate", arg, 0.001, &a->rate))
 			return -1;
 		a->rate *= 1048576;
-		return 1;
+		return 0;
 	case OPT_REGION:
-		return parse_region(cli, a, arg) ? 1 : -1;
+		return parse_region(cli, a, arg) ? 0 : -1;
 	case OPT_PAGEMAP:
-		return parse_pagemap(cli, arg, &a->pagemap) ? 1 : -1;
+		return parse_pagemap(cli, arg, &a->pagemap) ? 0 : -1;
 	case OPT_SEED:
 		v = cli_parse_long(cli, "--seed", arg, 1, LONG_MAX);
 		if (v < 0)
 			return -1;
 		a->seed = (uint64_t)v;
-		return 1;
+		return 0;
 	}
 	return 0;
 }
@@ -768,59 +766,51 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 
 /* ---- the command ---- */
 
-static int parse_args(struct cli *cli, struct plan_args *a, int argc, char **argv)
+/* --qmp also asks QEMU for its RAM blocks, whatever --source reads. */
+static int plan_check(struct cli *cli, void *ctx)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		CLI_TARGET_LONGOPTS,
-		{ "method", required_argument, NULL, OPT_METHOD },
-		{ "interval", required_argument, NULL, OPT_INTERVAL },
-		{ "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
-		{ "downtime", required_argument, NULL, OPT_DOWNTIME },
-		{ "max-cpu", required_argument, NULL, OPT_MAX_CPU },
-		{ "rate", required_argument, NULL, OPT_RATE },
-		{ "region", required_argument, NULL, OPT_REGION },
-		{ "pagemap", required_argument, NULL, OPT_PAGEMAP },
-		{ "seed", required_argument, NULL, OPT_SEED },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	int c;
+	struct plan_args *a = ctx;
 
-	while ((c = getopt_long(argc, argv, "j" CLI_TARGET_SHORTOPTS "vh", opts, NULL)) != -1) {
-		int used = cli_target_opt(cli, &a->t, c, optarg);
-
-		if (!used)
-			used = plan_opt(cli, a, c, optarg);
-		if (used < 0)
-			return EXIT_USAGE;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		if (c == 'v') {
-			cli->verbose++;
-			continue;
-		}
-		if (c == 'h') {
-			printf("usage: %s plan %s\n", cli->prog, plan_usage);
-			return -1;
-		}
-		return cli_usage(cli, "plan", plan_usage);
-	}
-	if (optind < argc) {
-		cli_err(cli, "plan: unexpected argument '%s'", argv[optind]);
-		return cli_usage(cli, "plan", plan_usage);
-	}
-	if (a->t.nfiles) {
-		cli_err(cli, "plan reads live VMs: --file is not supported");
-		return EXIT_USAGE;
-	}
-	if (a->t.qmp && a->t.npids != 1) {
-		cli_err(cli, "--qmp PATH needs exactly one --pid");
-		return EXIT_USAGE;
-	}
-	return 0;
+	return target_args_check(cli, &a->t, true);
 }
+
+static const struct cli_opt plan_opts[] = {
+	{ "method", OPT_METHOD, 0, "M[,M...]", "scan",
+	  "how zero pages are estimated: stats, pagemap, sample, scan, all" },
+	{ "interval", OPT_INTERVAL, 0, "SECONDS", "1",
+	  "the dirty rate is measured over this long; 0: clean guests" },
+	{ "bandwidth", OPT_BANDWIDTH, 0, "BYTES/S", "QEMU's, else 128M",
+	  "migration bandwidth (suffix K, M or G)" },
+	{ "downtime", OPT_DOWNTIME, 0, "MS", "QEMU's, else 300",
+	  "downtime limit of the model" },
+	{ "max-cpu", OPT_MAX_CPU, 0, "N", "1",
+	  "CPU budget of a scan, in cores (0.5: half a core)" },
+	{ "rate", OPT_RATE, 0, "MIB/S", "none",
+	  "guest memory read per second by a scan, at most" },
+	{ "region", OPT_REGION, 0, "[PID:]START-END", "QEMU's RAM blocks",
+	  "guest RAM is these ranges of the VMM (repeatable)" },
+	{ "pagemap", OPT_PAGEMAP, 0, "MODE", "auto",
+	  "classify with PAGEMAP_SCAN (scan), pagemap entries (read), or auto" },
+	{ "seed", OPT_SEED, 0, "N", "from the clock",
+	  "seed of the random samples, for reproducible output" },
+	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
+	  "every method's estimate and the RAM regions of each VM" },
+	CLI_OPTS_TARGET,
+	{ 0 },
+};
+
+static const struct cli_spec plan_spec = {
+	.cmd = "plan",
+	.outputs = CLI_OUT_JSON,
+	.text = "a table",
+	.about = "Rank VMs by their predicted live-migration cost: zero pages "
+		 "estimated by the\nmethods asked for, the dirty rate measured "
+		 "over --interval, QEMU's pre-copy\nmodelled. Guest memory is "
+		 "only read, never written.",
+	.opts = plan_opts,
+	.opt = plan_opt,
+	.check = plan_check,
+};
 
 int cmd_plan(struct cli *cli, int argc, char **argv)
 {
@@ -834,11 +824,10 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 		return EXIT_FAIL;
 	a.regions = calloc((size_t)argc + 1, sizeof(*a.regions));
 	ranges = calloc((size_t)argc + 1, sizeof(*ranges));
-	ret = a.regions && ranges ? parse_args(cli, &a, argc, argv) : EXIT_FAIL;
-	if (ret) {
-		ret = ret < 0 ? EXIT_OK : ret;
+	ret = a.regions && ranges ? cli_parse(cli, &plan_spec, &a, argc, argv)
+				  : EXIT_FAIL;
+	if (ret != CLI_PARSED)
 		goto out;
-	}
 	ret = EXIT_FAIL;
 	n = select_pids(cli, &a, &pids);
 	if (n < 0)

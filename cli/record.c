@@ -26,13 +26,6 @@
 #include "kvmstats_log.h"
 #include "sanitize.h"
 
-static const char record_usage[] =
-	"--output FILE [--interval S] [--count N] [--duration S]\n"
-	"       [--rotate-size SIZE [--rotate-keep N]] [--sync] [--refresh S]\n"
-	"       [--log [--csv|--json] [--log-file FILE] [--fields REGEX]\n"
-	"        [--skip-zero] [--include-past]]\n       "
-	CLI_TARGET_USAGE;
-
 enum {
 	OPT_ROTATE_SIZE = OPT_CMD_BASE,
 	OPT_ROTATE_KEEP,
@@ -340,10 +333,12 @@ static void print_header(struct rec *r)
 	FILE *f = r->out;
 
 	if (r->cli->format == OUT_CSV) {
-		fputs("time", f);
-		for (size_t c = 0; c < r->ncols; c++)
-			fprintf(f, ",%s", csv_str(r->cols[c].name));
-		fputc('\n', f);
+		struct csv c = { .f = f };
+
+		csv_field(&c, "time");
+		for (size_t i = 0; i < r->ncols; i++)
+			csv_field(&c, r->cols[i].name);
+		csv_end(&c);
 		return;
 	}
 	fprintf(f, "%-8s", "time");
@@ -381,15 +376,17 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 		return;
 	}
 	if (r->cli->format == OUT_CSV) {
+		struct csv c = { .f = f };
+
 		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S%z", &tm);
-		fputs(ts, f);
-		for (size_t c = 0; c < r->ncols; c++) {
-			if (r->cols[c].any)
-				fprintf(f, ",%.*f", r->past ? 0 : 2, r->cols[c].value);
+		csv_field(&c, ts);
+		for (size_t i = 0; i < r->ncols; i++) {
+			if (r->cols[i].any)
+				csv_double(&c, r->cols[i].value, r->past ? 0 : 2);
 			else
-				fputc(',', f);
+				csv_empty(&c);
 		}
-		fputc('\n', f);
+		csv_end(&c);
 		return;
 	}
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
@@ -727,7 +724,7 @@ static void rec_free(struct rec *r)
 	target_args_free(&r->a);
 }
 
-/* 1: consumed, 0: not ours, -1: bad value (reported). */
+/* 1: consumed, -1: bad value (reported). */
 static int record_opt(struct rec *r, int c, const char *arg)
 {
 	switch (c) {
@@ -795,65 +792,102 @@ static int record_opt(struct rec *r, int c, const char *arg)
 	return 0;
 }
 
+static int rec_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	struct rec *r = ctx;
+	int used = cli_target_opt(cli, &r->a, key, arg);
+
+	if (!used)
+		used = record_opt(r, key, arg);
+	return used < 0 ? -1 : 0;
+}
+
+/* Options of the binary log without one, of the text log without it. */
+static int rec_check(struct cli *cli, void *ctx)
+{
+	const struct rec *r = ctx;
+	const struct kvmstats_log_writer_opts *wo = &r->wo;
+
+	if (!r->output && !r->log)
+		return cli_bad(cli, "--output FILE or --log is needed");
+	if (!r->output && (wo->rotate_size || wo->rotate_keep ||
+			   wo->keyframe_interval || wo->flags))
+		return cli_bad(cli, "--rotate-size, --rotate-keep, --keyframe "
+			       "and --sync go with --output FILE");
+	if (wo->rotate_keep && !wo->rotate_size)
+		return cli_bad(cli, "--rotate-keep goes with --rotate-size");
+	if (!r->log && (r->fields_set || r->skip_zero || r->past))
+		return cli_bad(cli, "--fields, --skip-zero and --include-past "
+			       "go with --log");
+	if (!r->log && cli->format == OUT_CSV)
+		return cli_bad(cli, "--csv goes with --log (the --output file "
+			       "is a binary log)");
+	if (r->log && cli->pretty)
+		return cli_bad(cli, "--pretty: the text log is one JSON object "
+			       "per line");
+	return target_args_check(cli, &r->a, false);
+}
+
+static const struct cli_opt record_opts[] = {
+	{ "output", 'o', CLI_OPT_SHORT, "FILE", "none",
+	  "the binary log (appended to when it is one)" },
+	{ "interval", 's', CLI_OPT_SHORT, "SECONDS", "1",
+	  "time between samples (at least 0.01; 0: back to back)" },
+	{ "count", 'n', CLI_OPT_SHORT, "N", "until stopped",
+	  "stop after N samples" },
+	{ "duration", 'd', CLI_OPT_SHORT, "SECONDS", "until stopped",
+	  "stop after this long" },
+	{ "rotate-size", OPT_ROTATE_SIZE, 0, "SIZE", "never",
+	  "start a new file past SIZE bytes (suffix K, M or G)" },
+	{ "rotate-keep", OPT_ROTATE_KEEP, 0, "N", "1",
+	  "old files kept by rotation" },
+	{ "keyframe", OPT_KEYFRAME, 0, "N", "256",
+	  "a whole data block every N samples, only changes between" },
+	{ "sync", OPT_SYNC, 0, NULL, NULL,
+	  "fdatasync(2) after every sample" },
+	{ "refresh", OPT_REFRESH, 0, "SECONDS", "2",
+	  "how often to look for new VMMs and vCPUs" },
+	{ "log", 'l', CLI_OPT_SHORT, NULL, NULL,
+	  "print a text log of rates on standard output (kvm_stat -l)" },
+	{ "log-file", 'L', CLI_OPT_SHORT, "FILE", "standard output",
+	  "append the text log to FILE (implies --log)" },
+	{ "fields", 'f', CLI_OPT_SHORT, "REGEX", "every stat",
+	  "with --log: only the stats whose names match" },
+	{ "skip-zero", 'z', CLI_OPT_SHORT, NULL, NULL,
+	  "with --log: leave out the stats that never counted" },
+	{ "include-past", 'i', CLI_OPT_SHORT, NULL, NULL,
+	  "with --log: totals since each VM started, not rates" },
+	CLI_OPTS_TARGET,
+	{ "json", 'j', CLI_OPT_SHORT | CLI_OPT_JSON, NULL, NULL,
+	  "with --log: a JSON object per line; else a summary at the end" },
+	{ "csv", 'C', CLI_OPT_CSV, NULL, NULL,
+	  "with --log: CSV rows (RFC 4180), the time first" },
+	{ 0 },
+};
+
+static const struct cli_spec record_spec = {
+	.cmd = "record",
+	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
+	.text = "a text log",
+	.about = "Sample every VM (or those chosen) into a binary log for "
+		 "'kvmstats replay' and\n'top --replay', and/or print a "
+		 "text log of rates as kvm_stat -l does.\nSIGINT and SIGTERM "
+		 "stop it after the current sample; SIGHUP reopens files.",
+	.opts = record_opts,
+	.opt = rec_opt,
+	.check = rec_check,
+};
+
 int cmd_record(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		CLI_TARGET_LONGOPTS,
-		{ "output", required_argument, NULL, 'o' },
-		{ "interval", required_argument, NULL, 's' },
-		{ "count", required_argument, NULL, 'n' },
-		{ "duration", required_argument, NULL, 'd' },
-		{ "rotate-size", required_argument, NULL, OPT_ROTATE_SIZE },
-		{ "rotate-keep", required_argument, NULL, OPT_ROTATE_KEEP },
-		{ "keyframe", required_argument, NULL, OPT_KEYFRAME },
-		{ "sync", no_argument, NULL, OPT_SYNC },
-		{ "refresh", required_argument, NULL, OPT_REFRESH },
-		{ "log", no_argument, NULL, 'l' },
-		{ "log-file", required_argument, NULL, 'L' },
-		{ "skip-zero", no_argument, NULL, 'z' },
-		{ "include-past", no_argument, NULL, 'i' },
-		{ "fields", required_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct rec r = { .cli = cli, .interval = 1, .refresh = 2 };
-	int c, ret = EXIT_USAGE;
+	int ret;
 
 	if (target_args_init(&r.a, argc))
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "jo:s:n:d:lL:zif:h" CLI_TARGET_SHORTOPTS,
-				opts, NULL)) != -1) {
-		int used = cli_target_opt(cli, &r.a, c, optarg);
-
-		if (!used)
-			used = record_opt(&r, c, optarg);
-		if (used < 0)
-			goto out;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		if (c == 'h') {
-			printf("usage: %s record %s\n", cli->prog, record_usage);
-			ret = EXIT_OK;
-			goto out;
-		}
-		ret = cli_usage(cli, "record", record_usage);
+	ret = cli_parse(cli, &record_spec, &r, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
-	if (optind < argc) {
-		cli_err(cli, "record: unexpected argument '%s'", argv[optind]);
-		ret = cli_usage(cli, "record", record_usage);
-		goto out;
-	}
-	if (!r.output && !r.log) {
-		cli_err(cli, "record: --output FILE or --log is needed");
-		ret = cli_usage(cli, "record", record_usage);
-		goto out;
-	}
-	if (r.a.nfiles) {
-		cli_err(cli, "record: --file is for dump and check; record reads live VMs");
-		goto out;
-	}
 	ret = EXIT_FAIL;
 	r.host = target_host_new(cli, &r.a);
 	if (!r.host || refresh(&r, true))

@@ -3,6 +3,7 @@
  * histogram bars; and the CSV writer every CSV output shares. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -128,27 +129,43 @@ static void csv_sep(struct csv *c)
 }
 
 /*
- * Names come from VMMs (QEMU's -name, a process name) and file paths:
- * anything but NUL. RFC 4180 quoting keeps every byte, so that a name
- * read back from the CSV is the name. (Control characters are a matter
- * for the terminal, not for CSV; a sanitizer that shows them visibly
- * plugs in here, the one place every CSV text field passes.)
+ * Names come from VMMs (QEMU's -name, a process name), logs and file
+ * paths: anything but NUL. Control characters, bidirectional overrides
+ * and bytes that are not UTF-8 are escaped visibly first (safe_str(), as
+ * in every other output: a spreadsheet or a terminal showing the CSV
+ * never sees them raw); the rest is kept byte for byte by RFC 4180
+ * quoting, so that a printable name read back from the CSV is the name.
+ * The one place every CSV text field passes, whatever the command.
  */
 void csv_field(struct csv *c, const char *s)
 {
+	char *esc = NULL;
+	size_t n;
+
 	csv_sep(c);
-	s = safe_str(s);	/* control characters escaped visibly */
-	if (!s[strcspn(s, ",\"\r\n")]) {
+	/* Control characters escaped visibly, and never cut short. */
+	if (!str_clean(s)) {
+		n = str_escaped_size(s);
+		esc = malloc(n);
+		if (esc)
+			str_escape(esc, n, s);
+		s = esc ? esc : safe_str(s);
+	}
+	n = strlen(s);
+	/* Blanks at an edge are quoted too: some readers trim them. */
+	if (!s[strcspn(s, ",\"\r\n")] && (!n || (s[0] != ' ' && s[n - 1] != ' '))) {
 		fputs(s, c->f);
+		free(esc);
 		return;
 	}
 	fputc('"', c->f);
-	for (; *s; s++) {
-		if (*s == '"')
+	for (const char *p = s; *p; p++) {
+		if (*p == '"')
 			fputc('"', c->f);
-		fputc(*s, c->f);
+		fputc(*p, c->f);
 	}
 	fputc('"', c->f);
+	free(esc);
 }
 
 void csv_u64(struct csv *c, uint64_t v)
@@ -163,9 +180,30 @@ void csv_int(struct csv *c, long long v)
 	fprintf(c->f, "%lld", v);
 }
 
+void csv_double(struct csv *c, double v, int decimals)
+{
+	csv_sep(c);
+	fprintf(c->f, "%.*f", decimals, v);
+}
+
 void csv_empty(struct csv *c)
 {
 	csv_sep(c);
+}
+
+void csv_value(struct csv *c, int vcpu, const struct kvmstats_stat *st,
+	       uint32_t k, const uint64_t *v)
+{
+	if (vcpu >= 0)
+		csv_int(c, vcpu);
+	else
+		csv_empty(c);
+	csv_field(c, kvmstats_stat__name(st));
+	csv_u64(c, k);
+	if (v)
+		csv_u64(c, v[k]);
+	else
+		csv_empty(c);
 }
 
 void csv_end(struct csv *c)

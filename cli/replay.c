@@ -23,12 +23,6 @@
 #include "sanitize.h"
 #include "kvmstats_log.h"
 
-static const char replay_usage[] =
-	"FILE [--json|--csv] [--pretty] [--rates] [--from T] [--to T]\n"
-	"       [--pid PID]... [--name REGEX] [--fields REGEX] [--skip-zero]\n"
-	"  T: seconds since the epoch, +S from the first sample, or a local\n"
-	"     time YYYY-MM-DD[THH:MM[:SS]]";
-
 enum {
 	OPT_FROM = OPT_CMD_BASE,
 	OPT_TO,
@@ -356,8 +350,8 @@ static int print_json_sample(struct replay *r)
 
 /* ---- CSV: one row per value ---------------------------------------- */
 
-static void csv_entry(struct replay *r, const struct kvmstats_log_entry *e,
-		      const char *ts)
+static void csv_entry(struct replay *r, struct csv *c,
+		      const struct kvmstats_log_entry *e, const char *ts)
 {
 	const struct prev *p = r->rates ? rate_base(r, e) : NULL;
 	const struct kvmstats_log_target *t = e->target;
@@ -375,36 +369,41 @@ static void csv_entry(struct replay *r, const struct kvmstats_log_entry *e,
 						   kvmstats_log_reader__time_ns(r->log) -
 							   p->time_ns);
 		for (uint32_t k = 0; k < kvmstats_stat__size(st); k++) {
-			printf("%s,%d,%s,%s,", ts, (int)t->pid, csv_str(t->name),
-			       csv_str(t->id));
-			if (t->vcpu >= 0)
-				printf("%d", t->vcpu);
-			printf(",%s,%u,", csv_str(kvmstats_stat__name(st)), k);
-			if (!miss)
-				printf("%llu", (unsigned long long)v[k]);
-			if (r->rates) {
-				putchar(',');
-				if (!miss && !isnan(rate))
-					printf("%.3f", rate);
-			}
-			putchar('\n');
+			csv_field(c, ts);
+			csv_int(c, t->pid);
+			csv_field(c, t->name);
+			csv_field(c, t->id);
+			csv_value(c, t->vcpu, st, k, miss ? NULL : v);
+			if (r->rates && (miss || isnan(rate)))
+				csv_empty(c);
+			else if (r->rates)
+				csv_double(c, rate, 3);
+			csv_end(c);
 		}
 	}
 }
 
 static void print_csv_sample(struct replay *r)
 {
+	static const char *const head[] = {
+		"time", "pid", "name", "id", "vcpu", "stat", "index", "value",
+	};
+	struct csv c = { .f = stdout };
 	char ts[32];
 
-	if (!r->lines++)
-		printf("time,pid,name,id,vcpu,stat,index,value%s\n",
-		       r->rates ? ",rate" : "");
+	if (!r->lines++) {
+		for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+			csv_field(&c, head[i]);
+		if (r->rates)
+			csv_field(&c, "rate");
+		csv_end(&c);
+	}
 	snprintf(ts, sizeof(ts), "%.6f", r->rt_ns / 1e9);
 	for (size_t i = 0; i < kvmstats_log_reader__num_entries(r->log); i++) {
 		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
 
 		if (target_chosen(r, e->target))
-			csv_entry(r, e, ts);
+			csv_entry(r, &c, e, ts);
 	}
 }
 
@@ -656,48 +655,67 @@ static void replay_free(struct replay *r)
 	kvmstats_log_reader__close(r->log);
 }
 
+static int replay_opt_cb(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	(void)cli;
+	return replay_opt(ctx, key, arg) < 0 ? -1 : 0;
+}
+
+static int replay_check(struct cli *cli, void *ctx)
+{
+	const struct replay *r = ctx;
+
+	if (cli->format != OUT_TABLE && (r->fields_set || r->skip_zero))
+		return cli_bad(cli, "--fields and --skip-zero choose the "
+			       "table's columns; JSON and CSV have every stat");
+	return 0;
+}
+
+static const struct cli_opt replay_opts[] = {
+	{ "from", OPT_FROM, 0, "T", "the first sample",
+	  "from T: epoch seconds, +S after the first, YYYY-MM-DD[THH:MM[:SS]]" },
+	{ "to", OPT_TO, 0, "T", "the last sample", "until T (as --from)" },
+	{ "rates", OPT_RATES, 0, NULL, NULL,
+	  "rates between samples (JSON and CSV: beside the values)" },
+	{ "pid", 'p', CLI_OPT_SHORT, "PID", "every VMM",
+	  "only the VMs of this VMM (repeatable)" },
+	{ "name", 'g', CLI_OPT_SHORT, "REGEX", "every name",
+	  "only the VMs whose VMM name matches" },
+	{ "guest", 'g', CLI_OPT_ALIAS, "REGEX", NULL, NULL },
+	{ "fields", 'f', CLI_OPT_SHORT, "REGEX", "every stat",
+	  "table: only the stats whose names match" },
+	{ "skip-zero", 'z', CLI_OPT_SHORT, NULL, NULL,
+	  "table: leave out the stats zero in every sample" },
+	{ 0 },
+};
+
+static const struct cli_spec replay_spec = {
+	.cmd = "replay",
+	.operands = "FILE",
+	.min_operands = 1,
+	.max_operands = 1,
+	.outputs = CLI_OUT_JSON | CLI_OUT_CSV,
+	.text = "a table",
+	.about = "Print a log written by 'kvmstats record': a line per sample "
+		 "(stats summed over\nthe VMs), an object per sample "
+		 "(--json), or a row per value (--csv).",
+	.opts = replay_opts,
+	.opt = replay_opt_cb,
+	.check = replay_check,
+};
+
 int cmd_replay(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		{ "from", required_argument, NULL, OPT_FROM },
-		{ "to", required_argument, NULL, OPT_TO },
-		{ "rates", no_argument, NULL, OPT_RATES },
-		{ "pid", required_argument, NULL, 'p' },
-		{ "name", required_argument, NULL, 'g' },
-		{ "guest", required_argument, NULL, 'g' },
-		{ "fields", required_argument, NULL, 'f' },
-		{ "skip-zero", no_argument, NULL, 'z' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct replay r = { .cli = cli };
 	char why[512] = "";
-	int c, ret = EXIT_USAGE;
+	int c, ret = EXIT_FAIL;
 
 	r.pids = calloc((size_t)argc + 1, sizeof(*r.pids));
 	if (!r.pids)
 		return EXIT_FAIL;
-	while ((c = getopt_long(argc, argv, "jp:g:f:zh", opts, NULL)) != -1) {
-		int used = replay_opt(&r, c, optarg);
-
-		if (used < 0)
-			goto out;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		if (c == 'h') {
-			printf("usage: %s replay %s\n", cli->prog, replay_usage);
-			ret = EXIT_OK;
-			goto out;
-		}
-		ret = cli_usage(cli, "replay", replay_usage);
+	ret = cli_parse(cli, &replay_spec, &r, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
-	if (optind + 1 != argc) {
-		cli_err(cli, "replay: %s", optind < argc ? "one FILE only" : "which FILE?");
-		ret = cli_usage(cli, "replay", replay_usage);
-		goto out;
-	}
 	r.path = argv[optind];
 	ret = EXIT_FAIL;
 	r.log = kvmstats_log_reader__open(cli->ctx, r.path,

@@ -173,26 +173,6 @@ const char *safe_str(const char *s)
 	return buf;
 }
 
-const char *csv_str(const char *s)
-{
-	const char *e = safe_str(s);
-	size_t n = strlen(e), o = 0;
-	char *buf;
-
-	if (!strpbrk(e, ",\"") && (!n || (e[0] != ' ' && e[n - 1] != ' ')))
-		return e;
-	buf = ring_next();
-	buf[o++] = '"';
-	for (; *e && o + 3 < RING_LEN; e++) {
-		if (*e == '"')
-			buf[o++] = '"';
-		buf[o++] = *e;
-	}
-	buf[o++] = '"';
-	buf[o] = 0;
-	return buf;
-}
-
 static char *escaped_copy(const char *s)
 {
 	size_t size = str_escaped_size(s);

@@ -28,9 +28,6 @@ size_t str_escaped_size(const char *s);
 /* @s itself when clean, else its escaped form in one of 8 rotating
  * buffers (so up to 8 may be used in one printf). Main thread only. */
 const char *safe_str(const char *s);
-/* A CSV field: escaped, and quoted when it holds a comma, a quote or
- * leading or trailing blanks. Same buffers as safe_str(). */
-const char *csv_str(const char *s);
 /* Escape every string and key in @o, in place where it can. Returns the
  * object to use instead of @o: @o itself, or a new object (with a
  * reference for the caller; @o keeps its own) when @o's keys needed

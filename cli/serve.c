@@ -12,7 +12,7 @@
  * format of the Prometheus exporters (webconfig.c).
  *
  * A scrape: one sweep of every stats fd (kvmstats_host__sweep_parallel,
- * a thread per core on large hosts), then the model (prom.c) renders the
+ * a thread per core on large hosts), then the model (prom_model.c) renders the
  * readings in parts, one per core, into buffers that are reused. Scrapes
  * run one at a time; requests that arrive while one runs take the result
  * of the next, so ten scrapers cost about one scrape. A result stays alive
@@ -50,19 +50,8 @@
 
 #include "serve.h"
 
-static const char serve_usage[] =
-	"[--listen ADDR:PORT] [--web-config FILE] [--path PATH]\n"
-	"       [--threads N] [--refresh SECONDS] [--no-histograms] [--gzip-level N]\n"
-	"       [--max-connections N] [--max-connections-per-ip N] [--timeout SECONDS]\n"
-	"       [--ready FILE] [--plan-interval SECONDS [--plan-method stats|pagemap|sample|scan]\n"
-	"       [--plan-dirty-interval SECONDS] [--plan-max-cpu N] [--plan-rate MIB/S]\n"
-	"       [--plan-bandwidth BYTES/S] [--plan-downtime MS]]\n"
-	"       " CLI_TARGET_USAGE "\n"
-	"   or: serve --hash-password  (reads a password on stdin, prints a bcrypt hash)";
-
 enum {
-	OPT_LISTEN = OPT_CMD_BASE,
-	OPT_WEB_CONFIG,
+	OPT_WEB_CONFIG = OPT_CMD_BASE,
 	OPT_PATH,
 	OPT_THREADS,
 	OPT_REFRESH,
@@ -191,7 +180,7 @@ static void warn_exposed(struct server *s)
 
 	if (loopback_only(s->listen_fd) || (tls && auth))
 		return;
-	cli_warn(s->cli, "serve: listening on %s, beyond this host's loopback, "
+	cli_warn(s->cli, "listening on %s, beyond this host's loopback, "
 		 "without %s: anyone who reaches the port reads every VM's names "
 		 "and stats%s (see --web-config)", s->addr,
 		 !tls && !auth ? "TLS or basic auth" : !tls ? "TLS" : "basic auth",
@@ -344,7 +333,7 @@ static int hash_password(struct cli *cli)
 	n = strcspn(pass, "\r\n");
 	pass[n] = 0;
 	if (!n) {
-		cli_err(cli, "serve --hash-password: no password on stdin");
+		cli_err(cli, "--hash-password: no password on stdin");
 		return EXIT_USAGE;
 	}
 	err = web_hash_password(pass, hash, sizeof(hash));
@@ -444,121 +433,148 @@ static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
 	return 0;
 }
 
-static int parse_opts(struct cli *cli, struct serve_opts *o, struct target_args *a,
-		      int argc, char **argv, bool *hash)
+struct serve_args {
+	struct serve_opts *o;
+	struct target_args *a;
+	bool hash;
+	unsigned int others;	/* options given besides --hash-password */
+};
+
+/* A number in [min, max] into @out; -1 when bad (reported). */
+static int set_uint(const struct cli *cli, const char *opt, const char *arg,
+		    long min, long max, unsigned int *out)
 {
-	static const struct option opts[] = {
-		CLI_TARGET_LONGOPTS,
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "web-config", required_argument, NULL, OPT_WEB_CONFIG },
-		{ "web.config.file", required_argument, NULL, OPT_WEB_CONFIG },
-		{ "path", required_argument, NULL, OPT_PATH },
-		{ "threads", required_argument, NULL, OPT_THREADS },
-		{ "refresh", required_argument, NULL, OPT_REFRESH },
-		{ "no-histograms", no_argument, NULL, OPT_NO_HIST },
-		{ "gzip-level", required_argument, NULL, OPT_GZIP_LEVEL },
-		{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
-		{ "max-connections-per-ip", required_argument, NULL, OPT_MAX_CONN_IP },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ "ready", required_argument, NULL, OPT_READY },
-		{ "hash-password", no_argument, NULL, OPT_HASH },
-		{ "plan-interval", required_argument, NULL, OPT_PLAN_INTERVAL },
-		{ "plan-method", required_argument, NULL, OPT_PLAN_METHOD },
-		{ "plan-dirty-interval", required_argument, NULL, OPT_PLAN_DIRTY },
-		{ "plan-max-cpu", required_argument, NULL, OPT_PLAN_MAX_CPU },
-		{ "plan-rate", required_argument, NULL, OPT_PLAN_RATE },
-		{ "plan-bandwidth", required_argument, NULL, OPT_PLAN_BANDWIDTH },
-		{ "plan-downtime", required_argument, NULL, OPT_PLAN_DOWNTIME },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	long v;
-	int c;
+	long v = cli_parse_long(cli, opt, arg, min, max);
 
-	while ((c = getopt_long(argc, argv, CLI_TARGET_SHORTOPTS "l:h", opts,
-				NULL)) != -1) {
-		int used = cli_target_opt(cli, a, c, optarg);
+	if (v >= 0)
+		*out = (unsigned int)v;
+	return v < 0 ? -1 : 0;
+}
 
-		if (!used)
-			used = plan_opt(cli, &o->plan, c, optarg);
+static int serve_opt(struct cli *cli, void *ctx, int key, const char *arg)
+{
+	struct serve_args *sa = ctx;
+	struct serve_opts *o = sa->o;
+	unsigned int level;
+	int used = cli_target_opt(cli, sa->a, key, arg);
 
-		if (used < 0)
-			return EXIT_USAGE;
-		if (used)
-			continue;
-		v = 0;
-		switch (c) {
-		case 'l':
-		case OPT_LISTEN:
-			o->listen = optarg;
-			break;
-		case OPT_WEB_CONFIG:
-			o->web_config = optarg;
-			break;
-		case OPT_PATH:
-			if (optarg[0] != '/' || !strcmp(optarg, "/")) {
-				cli_err(cli, "--path: '%s' must start with / and not be /",
-					optarg);
-				return EXIT_USAGE;
-			}
-			o->path = optarg;
-			break;
-		case OPT_READY:
-			o->ready = optarg;
-			break;
-		case OPT_NO_HIST:
-			o->no_hist = true;
-			break;
-		case OPT_HASH:
-			*hash = true;
-			break;
-		case OPT_THREADS:
-			v = cli_parse_long(cli, "--threads", optarg, 0, PROM_MAX_PARTS);
-			o->threads = (unsigned int)v;
-			break;
-		case OPT_REFRESH:
-			v = cli_parse_long(cli, "--refresh", optarg, 1, 86400);
-			o->refresh_s = (unsigned int)v;
-			break;
-		case OPT_GZIP_LEVEL:
-			v = cli_parse_long(cli, "--gzip-level", optarg, 1, 9);
-			o->gzip_level = (int)v;
-			break;
-		case OPT_MAX_CONN:
-			v = cli_parse_long(cli, "--max-connections", optarg, 1, 4096);
-			o->max_conn = (unsigned int)v;
-			break;
-		case OPT_MAX_CONN_IP:
-			v = cli_parse_long(cli, "--max-connections-per-ip", optarg, 1, 4096);
-			o->max_conn_ip = (unsigned int)v;
-			break;
-		case OPT_TIMEOUT:
-			v = cli_parse_long(cli, "--timeout", optarg, 1, 3600);
-			o->timeout_s = (unsigned int)v;
-			break;
-		case 'h':
-			printf("usage: %s serve %s\n", cli->prog, serve_usage);
+	if (!used)
+		used = plan_opt(cli, &o->plan, key, arg);
+	sa->others += key != OPT_HASH;
+	if (used)
+		return used < 0 ? -1 : 0;
+	switch (key) {
+	case 'l':
+		o->listen = arg;
+		return 0;
+	case OPT_WEB_CONFIG:
+		o->web_config = arg;
+		return 0;
+	case OPT_PATH:
+		if (arg[0] != '/' || !strcmp(arg, "/")) {
+			cli_err(cli, "--path: '%s' must start with / and not be /",
+				arg);
 			return -1;
-		default:
-			return cli_usage(cli, "serve", serve_usage);
 		}
-		if (v < 0)
-			return EXIT_USAGE;
-	}
-	if (optind < argc) {
-		cli_err(cli, "serve: unexpected argument '%s'", argv[optind]);
-		return cli_usage(cli, "serve", serve_usage);
-	}
-	if (a->nfiles) {
-		cli_err(cli, "serve: --file is not served (image files do not change)");
-		return EXIT_USAGE;
-	}
-	if (o->plan.given && !o->plan.interval_s) {
-		cli_err(cli, "serve: the --plan-* options need --plan-interval SECONDS");
-		return EXIT_USAGE;
+		o->path = arg;
+		return 0;
+	case OPT_READY:
+		o->ready = arg;
+		return 0;
+	case OPT_NO_HIST:
+		o->no_hist = true;
+		return 0;
+	case OPT_HASH:
+		sa->hash = true;
+		return 0;
+	case OPT_THREADS:
+		return set_uint(cli, "--threads", arg, 0, PROM_MAX_PARTS, &o->threads);
+	case OPT_REFRESH:
+		return set_uint(cli, "--refresh", arg, 1, 86400, &o->refresh_s);
+	case OPT_GZIP_LEVEL:
+		if (set_uint(cli, "--gzip-level", arg, 1, 9, &level))
+			return -1;
+		o->gzip_level = (int)level;
+		return 0;
+	case OPT_MAX_CONN:
+		return set_uint(cli, "--max-connections", arg, 1, 4096, &o->max_conn);
+	case OPT_MAX_CONN_IP:
+		return set_uint(cli, "--max-connections-per-ip", arg, 1, 4096,
+				&o->max_conn_ip);
+	case OPT_TIMEOUT:
+		return set_uint(cli, "--timeout", arg, 1, 3600, &o->timeout_s);
 	}
 	return 0;
 }
+
+static int serve_check(struct cli *cli, void *ctx)
+{
+	struct serve_args *sa = ctx;
+
+	if (sa->hash && sa->others)
+		return cli_bad(cli, "--hash-password reads a password and ends: "
+			       "it takes no other option");
+	if (sa->o->plan.given && !sa->o->plan.interval_s)
+		return cli_bad(cli, "the --plan-* options need --plan-interval "
+			       "SECONDS");
+	return target_args_check(cli, sa->a, false);
+}
+
+static const struct cli_opt serve_opts[] = {
+	{ "listen", 'l', CLI_OPT_SHORT, "ADDR:PORT", "127.0.0.1:9938",
+	  "where to listen; [::1]:PORT, :PORT (every address); port 0 picks one" },
+	{ "web-config", OPT_WEB_CONFIG, 0, "FILE", "none",
+	  "TLS and basic auth, as the Prometheus exporters' web config" },
+	{ "web.config.file", OPT_WEB_CONFIG, CLI_OPT_ALIAS, "FILE", NULL, NULL },
+	{ "path", OPT_PATH, 0, "PATH", "/metrics",
+	  "where the metrics are served" },
+	{ "threads", OPT_THREADS, 0, "N", "0: one per online CPU",
+	  "threads that read, render and compress a scrape" },
+	{ "refresh", OPT_REFRESH, 0, "SECONDS", "5",
+	  "how often the host is rescanned for new VMMs and vCPUs" },
+	{ "no-histograms", OPT_NO_HIST, 0, NULL, NULL,
+	  "leave the histogram stats out" },
+	{ "gzip-level", OPT_GZIP_LEVEL, 0, "N", "1",
+	  "zlib level, 1 (fastest) to 9" },
+	{ "max-connections", OPT_MAX_CONN, 0, "N", "64",
+	  "connections at once, a thread each" },
+	{ "max-connections-per-ip", OPT_MAX_CONN_IP, 0, "N", "16",
+	  "connections at once from one client address" },
+	{ "timeout", OPT_TIMEOUT, 0, "SECONDS", "10",
+	  "a connection idle this long is closed" },
+	{ "ready", OPT_READY, 0, "FILE", "none",
+	  "write the address listened on to FILE once serving" },
+	{ "hash-password", OPT_HASH, 0, NULL, NULL,
+	  "read a password on stdin, print its bcrypt hash, and end" },
+	{ "plan-interval", OPT_PLAN_INTERVAL, 0, "SECONDS", "0: no plan",
+	  "plan every exported VMM this often and export the figures" },
+	{ "plan-method", OPT_PLAN_METHOD, 0, "METHOD", "pagemap",
+	  "how zero pages are estimated: stats, pagemap, sample, scan" },
+	{ "plan-dirty-interval", OPT_PLAN_DIRTY, 0, "SECONDS", "1",
+	  "the dirty rate is measured over this long; 0: clean guests" },
+	{ "plan-max-cpu", OPT_PLAN_MAX_CPU, 0, "N", "1",
+	  "CPU budget of a scan, in cores" },
+	{ "plan-rate", OPT_PLAN_RATE, 0, "MIB/S", "none",
+	  "read budget of a scan over all its threads" },
+	{ "plan-bandwidth", OPT_PLAN_BANDWIDTH, 0, "BYTES/S",
+	  "QEMU's, else 128M", "migration bandwidth (suffix K, M or G)" },
+	{ "plan-downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
+	  "downtime limit of the model" },
+	CLI_OPTS_TARGET,
+	{ 0 },
+};
+
+static const struct cli_spec serve_spec = {
+	.cmd = "serve",
+	.text = "metrics over HTTP",
+	.about = "A Prometheus exporter of every VM's KVM stats: GET /metrics "
+		 "in the text format,\nor OpenMetrics when asked; TLS and "
+		 "basic auth from --web-config.\nWith --plan-interval, the "
+		 "migration planner's figures too.",
+	.opts = serve_opts,
+	.opt = serve_opt,
+	.check = serve_check,
+};
 
 static void server_free(struct server *s)
 {
@@ -618,7 +634,7 @@ static int run(struct server *s)
 		.select_arg = s->targs });
 	s->pool = prom_pool_new(s->o.threads);
 	if (!s->host || !s->model || !s->pool || make_landing(s)) {
-		cli_err(s->cli, "serve: out of memory");
+		cli_err(s->cli, "out of memory");
 		return EXIT_FAIL;
 	}
 	refresh(s);
@@ -627,7 +643,8 @@ static int run(struct server *s)
 	if (guard_start(s) || start_http(s) || planner_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
-		fprintf(stderr, "%s: serving %s://%s%s (%zu VMMs)\n", s->cli->prog,
+		fprintf(stderr, "%s: %s: serving %s://%s%s (%zu VMMs)\n",
+			s->cli->prog, s->cli->cmd,
 			s->have_web && web_config_tls(&s->web) ? "https" : "http",
 			s->addr, s->o.path, nvmms);
 	write_ready(s);
@@ -645,7 +662,7 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		       .max_conn_ip = 16, .timeout_s = 10,
 		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1 } },
 	};
-	bool hash = false;
+	struct serve_args sa = { .o = &s.o, .a = &a };
 	int ret;
 
 	if (target_args_init(&a, argc))
@@ -653,13 +670,9 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 	pthread_mutex_init(&s.lock, NULL);
 	planner_init(&s.plan);
 	guard_init(&s.guard);
-	ret = parse_opts(cli, &s.o, &a, argc, argv, &hash);
-	if (ret == -1)
-		ret = EXIT_OK;
-	else if (!ret && hash)
-		ret = hash_password(cli);
-	else if (!ret)
-		ret = run(&s);
+	ret = cli_parse(cli, &serve_spec, &sa, argc, argv);
+	if (ret == CLI_PARSED)
+		ret = sa.hash ? hash_password(cli) : run(&s);
 	server_free(&s);
 	target_args_free(&a);
 	return ret;

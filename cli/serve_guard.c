@@ -316,7 +316,7 @@ int guard_start(struct server *s)
 	int err = pthread_create(&s->guard.reaper, NULL, reaper_main, &s->guard);
 
 	if (err) {
-		cli_err(s->cli, "serve: cannot start a thread: %s", strerror(err));
+		cli_err(s->cli, "cannot start a thread: %s", strerror(err));
 		return -1;
 	}
 	s->guard.started = true;

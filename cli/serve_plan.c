@@ -321,9 +321,9 @@ static void plan_report(struct server *s, const struct plan_row *rows, size_t n)
 		if (known)
 			continue;
 		if (r)
-			cli_warn(s->cli, "plan: pid %d: %s", (int)rows[i].pid, r->error_msg);
+			cli_warn(s->cli, "planner: pid %d: %s", (int)rows[i].pid, r->error_msg);
 		else
-			cli_warn(s->cli, "plan: %s", rows[i].error);	/* names the pid */
+			cli_warn(s->cli, "planner: %s", rows[i].error);	/* names the pid */
 	}
 	free(pl->failing);
 	pl->failing = failing;
@@ -346,7 +346,7 @@ static void plan_publish(struct server *s, const struct plan_row *rows, size_t n
 	size_t nok = 0;
 
 	if (!ok) {
-		cli_warn(s->cli, "plan: out of memory");
+		cli_warn(s->cli, "planner: out of memory");
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -357,7 +357,7 @@ static void plan_publish(struct server *s, const struct plan_row *rows, size_t n
 	render_plan(&pl->next[PROM_OPENMETRICS], PROM_OPENMETRICS, ok, nok);
 	free(ok);
 	if (pl->next[PROM_TEXT].failed || pl->next[PROM_OPENMETRICS].failed) {
-		cli_warn(s->cli, "plan: out of memory");
+		cli_warn(s->cli, "planner: out of memory");
 		return;
 	}
 	pthread_mutex_lock(&pl->lock);
@@ -396,7 +396,7 @@ static void plan_round(struct server *s)
 	n = plan_pids(s, &pids);
 	rows = pids ? calloc(n + 1, sizeof(*rows)) : NULL;
 	if (!rows) {
-		cli_warn(s->cli, "plan: out of memory");
+		cli_warn(s->cli, "planner: out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++) {

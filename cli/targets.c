@@ -41,9 +41,9 @@ static bool valid_source(const char *s)
 
 /*
  * The operands that follow an option's argument in the command's argv,
- * up to the next option: `--file A B C` names three files. Works on the
- * argv main() gave the command (cli->argv) only, and only when @arg is
- * the argument getopt just returned from it. Advances optind past them;
+ * up to the next option: `--file A B C` names three files. Works while
+ * cli_parse() parses (cli->argv), and only when @arg is the argument
+ * getopt just returned. Advances optind past them;
  * GNU getopt moves them ahead of any operand it skipped, as if they had
  * been options. Returns how many were stored in @out.
  */
@@ -111,6 +111,32 @@ int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 	return 0;
 }
 
+/* --source other than auto or @want while an option for @want is given. */
+static bool other_source(const struct target_args *a, const char *want)
+{
+	return a->source && strcmp(a->source, "auto") && strcmp(a->source, want);
+}
+
+int target_args_check(struct cli *cli, const struct target_args *a,
+		      bool qmp_ram)
+{
+	if ((a->flags & KVMSTATS_HOST_FORCE) && !(a->flags & KVMSTATS_HOST_ATTACH))
+		return cli_bad(cli, "--force goes with --attach");
+	if ((a->flags & KVMSTATS_HOST_ATTACH) && other_source(a, "attach"))
+		return cli_bad(cli, "--attach and --source %s: the attach source "
+			       "is not tried with --source %s", a->source,
+			       a->source);
+	if (a->libvirt_uri && other_source(a, "libvirt"))
+		return cli_bad(cli, "--libvirt-uri and --source %s: libvirt is "
+			       "not asked", a->source);
+	if (a->qmp && a->npids != 1)
+		return cli_bad(cli, "--qmp PATH needs exactly one --pid");
+	if (a->qmp && !qmp_ram && other_source(a, "qmp"))
+		return cli_bad(cli, "--qmp and --source %s: QMP is not asked",
+			       a->source);
+	return 0;
+}
+
 bool target_selected(const struct target_args *a, struct kvmstats_vmm *v)
 {
 	return !a->name_set ||
@@ -122,11 +148,6 @@ struct kvmstats_host *target_host_new(struct cli *cli,
 {
 	struct kvmstats_host *h;
 
-	if (a->qmp && a->npids != 1) {
-		cli_err(cli, "--qmp PATH needs exactly one --pid");
-		errno = EINVAL;
-		return NULL;
-	}
 	h = kvmstats_host__new(cli->ctx, &(struct kvmstats_host_opts){
 		.sz = sizeof(struct kvmstats_host_opts),
 		.pids = a->pids, .npids = a->npids, .source = a->source,
@@ -153,6 +174,12 @@ int target_report_errors(struct cli *cli, struct kvmstats_host *h)
 		e += len + (nl != NULL);
 	}
 	return n;
+}
+
+bool target_args_host(const struct target_args *a)
+{
+	return a->npids || a->name_set || a->source || a->flags || a->qmp ||
+	       a->libvirt_uri;
 }
 
 static int add_file(struct cli *cli, struct target_set *t, const char *path)
@@ -187,8 +214,9 @@ int targets_open(struct cli *cli, struct target_set *t,
 		return -ENOMEM;
 	for (size_t i = 0; i < a->nfiles; i++)
 		add_file(cli, t, a->files[i]);
-	/* Files alone: no host scan. */
-	if (a->nfiles && !a->npids)
+	/* Files alone: no host scan; an option that chooses VMMs asks for
+	 * one as well. */
+	if (a->nfiles && !target_args_host(a))
 		return 0;
 	t->host = target_host_new(cli, a);
 	if (!t->host)

@@ -24,12 +24,6 @@
 #include "kvmstats_log.h"
 #include "top.h"
 
-static const char top_usage[] =
-	"[--once|-1] [--json] [--interval|-s SECONDS] [--fields|-f REGEX]\n"
-	"       [--skip-zero|-z] [--include-past|-i]\n"
-	"       [--replay FILE [--loop]]\n      "
-	" " CLI_TARGET_USAGE;
-
 /* A VMM list rescan walks /proc; a sweep is one pread per fd. */
 #define REFRESH_NS (3 * 1000000000ull)
 
@@ -516,106 +510,104 @@ static int parse_interval(struct cli *cli, const char *arg, double *out)
 	return 0;
 }
 
-/* 1: consumed, 0: not a top option, -1: bad value, 2: help. */
-static int top_opt(struct cli *cli, struct top_opts *o, int c, const char *arg)
+struct top_args {
+	struct top_opts o;
+	struct target_args a;
+};
+
+static int top_opt(struct cli *cli, void *ctx, int c, const char *arg)
 {
+	struct top_args *t = ctx;
+	struct top_opts *o = &t->o;
+	int used = cli_target_opt(cli, &t->a, c, arg);
+
+	if (used)
+		return used < 0 ? -1 : 0;
 	switch (c) {
 	case '1':
 		o->once = true;
-		return 1;
+		break;
 	case 's':
-		return parse_interval(cli, arg, &o->interval) ? -1 : 1;
+		return parse_interval(cli, arg, &o->interval);
 	case 'f':
 		if (o->fields_set)
 			regfree(&o->fields);
-		if (regcomp(&o->fields, arg, REG_EXTENDED | REG_NOSUB)) {
-			cli_err(cli,
-				"--fields: '%s' is not a valid regular "
-				"expression",
-				arg);
-			o->fields_set = false;
+		o->fields_set = !regcomp(&o->fields, arg, REG_EXTENDED | REG_NOSUB);
+		if (!o->fields_set) {
+			cli_err(cli, "--fields: '%s' is not a valid regular "
+				"expression", arg);
 			return -1;
 		}
-		o->fields_set = true;
-		return 1;
+		break;
 	case 'z':
 		o->skip_zero = true;
-		return 1;
+		break;
 	case 'i':
 		o->include_past = true;
-		return 1;
+		break;
 	case OPT_REPLAY:
 		o->replay = arg;
-		return 1;
+		break;
 	case OPT_LOOP:
 		o->loop = true;
-		return 1;
-	case 'h':
-		return 2;
+		break;
 	}
 	return 0;
 }
 
-static int parse_args(struct cli *cli, struct top_opts *o,
-		      struct target_args *a, int argc, char **argv)
+static int top_check(struct cli *cli, void *ctx)
 {
-	static const struct option opts[] = {
-		CLI_FORMAT_LONGOPTS,
-		CLI_TARGET_LONGOPTS,
-		{"once", no_argument, NULL, '1'},
-		{"interval", required_argument, NULL, 's'},
-		{"fields", required_argument, NULL, 'f'},
-		{"skip-zero", no_argument, NULL, 'z'},
-		{"include-past", no_argument, NULL, 'i'},
-		{"replay", required_argument, NULL, OPT_REPLAY},
-		{"loop", no_argument, NULL, OPT_LOOP},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	int c;
+	struct top_args *t = ctx;
+	const struct target_args *a = &t->a;
 
-	while ((c = getopt_long(argc, argv, "j1s:f:zih" CLI_TARGET_SHORTOPTS,
-				opts, NULL)) != -1) {
-		int used = cli_target_opt(cli, a, c, optarg);
-
-		if (used < 0)
-			return -1;
-		if (used || cli_format_opt(cli, c))
-			continue;
-		used = top_opt(cli, o, c, optarg);
-		if (used == 2) {
-			printf("usage: %s top %s\n", cli->prog, top_usage);
-			return 1;
-		}
-		if (used <= 0)
-			return used < 0 ? -1 : cli_usage(cli, "top", top_usage);
-	}
-	if (optind < argc) {
-		cli_err(cli, "top: unexpected argument '%s'", argv[optind]);
-		return cli_usage(cli, "top", top_usage);
-	}
-	if (o->loop && !o->replay) {
-		cli_err(cli, "--loop goes with --replay FILE");
-		return EXIT_USAGE;
-	}
-	if (a->nfiles) {
-		cli_err(cli, "top watches live VMs or a log (--replay); "
-			     "use 'dump --file' for image files");
-		return EXIT_USAGE;
-	}
-	if (cli->format != OUT_TABLE && !o->once) {
-		cli_err(cli, "--json and --csv go with --once (or see 'record "
-			     "--log')");
-		return EXIT_USAGE;
-	}
-	if (cli->format == OUT_CSV) {
-		cli_err(cli, "top --once prints a table or JSON; 'record --log "
-			     "--csv' "
-			     "prints CSV");
-		return EXIT_USAGE;
-	}
-	return 0;
+	if (t->o.loop && !t->o.replay)
+		return cli_bad(cli, "--loop goes with --replay FILE");
+	if (t->o.loop && t->o.once)
+		return cli_bad(cli, "--loop and --once: --once reads two "
+			       "samples and ends");
+	if (cli->format == OUT_JSON && !t->o.once)
+		return cli_bad(cli, "--json goes with --once (or see 'record "
+			       "--log --json')");
+	/* A log is read as it was recorded: --pid and --name choose in it,
+	 * nothing chooses how. */
+	if (t->o.replay && (a->source || a->flags || a->qmp || a->libvirt_uri))
+		return cli_bad(cli, "--replay reads a log: --source, --attach, "
+			       "--force, --qmp and --libvirt-uri read live VMs");
+	return target_args_check(cli, a, false);
 }
+
+static const struct cli_opt top_opts[] = {
+	{ "once", '1', CLI_OPT_SHORT, NULL, NULL,
+	  "two readings one interval apart, printed as text (or --json)" },
+	{ "interval", 's', CLI_OPT_SHORT, "SECONDS", "1",
+	  "time between readings, 0.01 to 3600" },
+	{ "fields", 'f', CLI_OPT_SHORT, "REGEX", "every stat",
+	  "only the stats whose names match" },
+	{ "skip-zero", 'z', CLI_OPT_SHORT, NULL, NULL,
+	  "hide the stats that are zero in every column" },
+	{ "include-past", 'i', CLI_OPT_SHORT, NULL, NULL,
+	  "totals from the start of each VM, not from the first reading" },
+	{ "replay", OPT_REPLAY, 0, "FILE", "live VMs",
+	  "play a log written by 'kvmstats record' in the same views" },
+	{ "loop", OPT_LOOP, 0, NULL, NULL,
+	  "with --replay: start the log again at its end" },
+	CLI_OPT_PID("only this VMM process (repeatable; in a log too)"),
+	CLI_OPT_NAME("only VMMs whose name matches (in a log too)"),
+	CLI_OPTS_SOURCE,
+	{ 0 },
+};
+
+static const struct cli_spec top_spec = {
+	.cmd = "top",
+	.outputs = CLI_OUT_JSON,
+	.text = "a screen (text with --once)",
+	.about = "A live view of every VM's stats, as kvm_stat's: the VM list, "
+		 "a VM's stats with\nrates and histogram percentiles, its "
+		 "vCPUs side by side. Needs a terminal\nbut with --once.",
+	.opts = top_opts,
+	.opt = top_opt,
+	.check = top_check,
+};
 
 int cmd_top(struct cli *cli, int argc, char **argv)
 {
@@ -625,33 +617,31 @@ int cmd_top(struct cli *cli, int argc, char **argv)
 int top_main(struct cli *cli, int argc, char **argv,
 	     const struct top_banner *banner)
 {
-	struct top_opts o = {.interval = 1.0};
-	struct target_args a;
+	struct top_args t = { .o = { .interval = 1.0 } };
+	struct top_opts *o = &t.o;
 	struct top_model m;
 	struct top_src src;
 	int ret;
 
-	if (target_args_init(&a, argc))
+	if (target_args_init(&t.a, argc))
 		return EXIT_FAIL;
-	ret = parse_args(cli, &o, &a, argc, argv);
-	if (ret) {
-		ret = ret == 1 ? EXIT_OK : ret < 0 ? EXIT_USAGE : ret;
+	ret = cli_parse(cli, &top_spec, &t, argc, argv);
+	if (ret != CLI_PARSED)
 		goto out;
-	}
-	o.banner = banner;
+	o->banner = banner;
 	ret = EXIT_FAIL;
-	if (src_open(&src, cli, &o, &a))
+	if (src_open(&src, cli, o, &t.a))
 		goto out;
-	model_init(&m, o.include_past);
-	if (o.once)
-		ret = run_once(cli, &o, &src, &m);
+	model_init(&m, o->include_past);
+	if (o->once)
+		ret = run_once(cli, o, &src, &m);
 	else
-		ret = run_screen(cli, &o, &src, &m);
+		ret = run_screen(cli, o, &src, &m);
 	model_free(&m);
 	src_close(&src);
 out:
-	if (o.fields_set)
-		regfree(&o.fields);
-	target_args_free(&a);
+	if (o->fields_set)
+		regfree(&o->fields);
+	target_args_free(&t.a);
 	return ret;
 }

@@ -84,6 +84,56 @@ check "CSV quoting gives back the id and path exactly" test "$got" = same
 check "a field with a quote is quoted, the quote doubled" \
 	grep -qF ',"kvm-7,""x"" y",' "$TMP/w.csv"
 
+# The same quoting in replay --csv: a copy of the demo's recording whose
+# VMM names hold a comma, quotes, an escape and a blank at the end (its
+# TARGET records rewritten, their CRCs made again).
+"$PY" - "$ROOT/dist/demo/recording.kvmlog" "$TMP/q.kvmlog" <<'EOF'
+import struct, sys, zlib
+src = open(sys.argv[1], 'rb').read()
+out, off = bytearray(src[:32]), 32
+while off + 16 <= len(src):
+    sync, typ, flags, n, crc = struct.unpack_from('<IHHII', src, off)
+    body = src[off + 16:off + 16 + n]
+    off += 16 + n
+    if typ == 3:	# TARGET: 40 bytes, then name, id and source with NULs
+        nl, il, sl = struct.unpack_from('<HHH', body, 32)
+        name = b'web,"' + body[40:40 + nl - 1] + b'" \x1b[1m '
+        hdr = bytearray(body[:40])
+        struct.pack_into('<H', hdr, 32, len(name) + 1)
+        body = bytes(hdr) + name + b'\0' + body[40 + nl:40 + nl + il + sl]
+        body += b'\0' * (-len(body) % 8)
+        n = len(body)
+        crc = zlib.crc32(body, zlib.crc32(struct.pack('<HHI', typ, flags, n)))
+    out += struct.pack('<IHHII', sync, typ, flags, n, crc) + body
+open(sys.argv[2], 'wb').write(out)
+EOF
+"$KVMSTATS" replay --csv --rates --to +3 "$TMP/q.kvmlog" >"$TMP/q.csv" 2>"$TMP/q.err"
+check "replay --csv of a log with such names: status 0, nothing on stderr" \
+	test $? = 0 -a ! -s "$TMP/q.err"
+out=$("$PY" - "$TMP/q.csv" <<'EOF'
+import csv, re, sys
+raw = open(sys.argv[1], 'rb').read()
+lines = raw.split(b'\r\n')
+if lines[-1] != b'' or any(b'\n' in l or b'\r' in l for l in lines[:-1]):
+    print('not every row ends with CRLF'); sys.exit()
+rows = list(csv.reader(open(sys.argv[1], newline='')))
+want = ['time', 'pid', 'name', 'id', 'vcpu', 'stat', 'index', 'value', 'rate']
+if rows[0] != want:
+    print('header %r' % rows[0]); sys.exit()
+if len(rows) < 100 or any(len(r) != len(want) for r in rows):
+    print('%d rows, not rectangular' % len(rows)); sys.exit()
+names = {r[2] for r in rows[1:]}
+if not all(re.fullmatch(r'web,"[^"\x00-\x1f]+" \\x1b\[1m ', n) for n in names):
+    print('names %r' % sorted(names)[:3]); sys.exit()
+if not any(r[8] for r in rows[1:]) or not all(r[7].isdigit() or r[7] == '' for r in rows[1:]):
+    print('values or rates'); sys.exit()
+EOF
+)
+check "replay --csv is RFC 4180: a name with a comma, quotes, an escape and a blank reads back, the escape shown as \\x1b${out:+ ($out)}" \
+	test -z "$out"
+check "replay --csv: that name is quoted, its quotes doubled" \
+	grep -qF ',"web,""' "$TMP/q.csv"
+
 # ---- JSON -----------------------------------------------------------------
 
 "$KVMSTATS" dump --json --file "$VCPU" >"$TMP/d.json"
@@ -175,7 +225,7 @@ check "a bad option: status 2" test $? = 2
 check "a bad option: 'kvmstats: dump: ...' first" \
 	grep -qx "kvmstats: dump: unrecognized option '--bogus'" <(head -1 "$TMP/err")
 # $KVMSTATS is a path: the messages name the program, not the path.
-"$KVMSTATS" --bogus >/dev/null 2>"$TMP/err"
+"$KVMSTATS" --bogus dump >/dev/null 2>"$TMP/err"
 check "a bad global option: 'kvmstats: ...', not the path it was run by" \
 	grep -qx "kvmstats: unrecognized option '--bogus'" <(head -1 "$TMP/err")
 "$KVMSTATS" dump --file "$TMP/nosuch.bin" >/dev/null 2>"$TMP/err"

@@ -56,3 +56,35 @@ EOF
 )
 check "saved images read back with --file A B C give the live values${out:+ ($out)}" \
 	test -z "$out"
+
+# record and replay keep the name too: replay --csv of a recorded log
+# and record's own text log as CSV, both RFC 4180 (CRLF, quoted fields).
+"$KVMSTATS" record --pid "$VMM_PID" --interval 0.05 --count 5 \
+	--output "$TMP/rec.log" --log --csv >"$TMP/log.csv"
+check "record --output --log --csv: status 0" test $? = 0
+"$KVMSTATS" replay --csv "$TMP/rec.log" >"$TMP/replay.csv"
+out=$("$PY" - "$TMP/log.csv" "$TMP/replay.csv" "$VMM_PID" "$name" <<'EOF'
+import csv, sys
+log, replay, pid, name = sys.argv[1:]
+bad = []
+for path in (log, replay):
+    lines = open(path, 'rb').read().split(b'\r\n')
+    if lines[-1] != b'' or any(b'\n' in l for l in lines[:-1]):
+        bad.append(path + ': not CRLF')
+rows = list(csv.reader(open(log, newline='')))
+if rows[0][0] != 'time' or 'exits' not in rows[0] or len(rows) != 5 or \
+   any(len(r) != len(rows[0]) for r in rows) or \
+   any(c and not c.replace('.', '').isdigit() for r in rows[1:] for c in r[1:]):
+    bad.append('record --log --csv: %d rows, header %r' % (len(rows), rows[0][:3]))
+rows = list(csv.reader(open(replay, newline='')))
+body = rows[1:]
+if rows[0] != ['time', 'pid', 'name', 'id', 'vcpu', 'stat', 'index', 'value'] or \
+   not body or any(len(r) != 8 or r[1] != pid or r[2] != name for r in body):
+    bad.append('replay --csv: header %r, names %r' % (rows[0], {r[2] for r in body}))
+if {r[4] for r in body} != {'', '0', '1'}:
+    bad.append('replay --csv: vcpus %r' % {r[4] for r in body})
+print('; '.join(bad))
+EOF
+)
+check "record --log --csv and replay --csv are RFC 4180 and keep '$name' exactly${out:+ ($out)}" \
+	test -z "$out"

@@ -291,12 +291,9 @@ complete_words() {
 }
 missing=""
 for cmd in top list dump record replay serve plan check demo; do
-	src=$ROOT/cli/$cmd.c
-	table=$(awk '/struct option/ { p = 1 } p { print } p && /\{ *0 *\}/ { p = 0 }' "$src")
-	opts=$(grep -o '{ *"[a-z0-9-]*",' <<<"$table" | tr -d '{", ')
-	grep -q CLI_FORMAT_LONGOPTS <<<"$table" && opts="$opts json csv pretty"
-	grep -q CLI_TARGET_LONGOPTS <<<"$table" &&
-		opts="$opts pid name guest file source attach force qmp libvirt-uri"
+	# Every option the command's --help lists (its option table).
+	opts=$("$KVMSTATS" "$cmd" --help --json | jq -r '.options[].names[]' |
+		sed -n 's/^--//p')
 	offered=$(complete_words kvmstats "$cmd" --)
 	for o in $opts; do
 		grep -qx -- "--$o" <<<"$offered" || missing="$missing $cmd:--$o"

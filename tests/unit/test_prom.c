@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * The exporter's number and text formatting (cli/prom.c): exact decimal
- * scaling, the canonical le rendering OpenMetrics asks for, label
- * escaping, and gzip made of separately deflated parts.
+ * The exporter's number and text formatting (cli/prom_text.c, with the
+ * model and expositions it renders): exact decimal scaling, the canonical
+ * le rendering OpenMetrics asks for, label escaping, and gzip made of
+ * separately deflated parts.
  */
 #include "unit.h"
 
@@ -10,7 +11,9 @@
 
 /* The renderer is built into kvmstats; the test takes it the same way the
  * benchmark does. */
-#include "../../cli/prom.c"
+#include "../../cli/prom_model.c"
+#include "../../cli/prom_text.c"
+#include "../../cli/prom_expo.c"
 #include "../../cli/sanitize.c"
 
 static void check_scaled(uint64_t raw, int mode, int exp, const char *want)
