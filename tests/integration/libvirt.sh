@@ -25,7 +25,7 @@ fi
 
 DOM=kvmstats-lv-$$
 if ! libvirt_start; then
-	skip libvirt "libvirtd did not start here"
+	fail libvirt "libvirtd did not start (its last words above)"
 	exit 0
 fi
 pass "libvirtd started in a private namespace"
