@@ -134,6 +134,31 @@ static void test_quantiles(void **state)
 	assert_true(isnan(kvmstats_hist__quantile(lin, b, 1.5)));
 }
 
+/* Raw values are integers: a log2 bucket 0 holds exactly 0 and bucket 1
+ * exactly 1, so a quantile there is that value, not a point inside
+ * [0, 1) or [1, 2) ("0.5 ns" for a histogram of zeros). */
+static void test_quantile_one_value_buckets(void **state)
+{
+	const struct kvmstats_stat *lg = stat("loghist");
+	uint64_t zeros[8] = { 7, 0, 0, 0, 0, 0, 0, 0 };
+	uint64_t ones[8] = { 0, 3, 0, 0, 0, 0, 0, 0 };
+	uint64_t mixed[8] = { 50, 0, 50, 0, 0, 0, 0, 0 };
+	char buf[32];
+
+	(void)state;
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0.5) == 0);
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0.99) == 0);
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0) == 0);
+	kvmstats_stat__format(lg, kvmstats_hist__quantile(lg, zeros, 0.5), buf,
+			      sizeof(buf));
+	assert_string_equal(buf, "0 s");
+	assert_true(kvmstats_hist__quantile(lg, ones, 0.5) == 1);
+	/* Half zeros, half in [2, 4): p25 is 0, p75 interpolates in [2, 4). */
+	assert_true(kvmstats_hist__quantile(lg, mixed, 0.25) == 0);
+	assert_true(kvmstats_hist__quantile(lg, mixed, 0.5) == 0);
+	assert_true(fabs(kvmstats_hist__quantile(lg, mixed, 0.75) - 3) < 1e-9);
+}
+
 static void test_rate_and_delta(void **state)
 {
 	size_t n = kvmstats_schema__data_size(schema) / 8;
@@ -201,6 +226,7 @@ int main(void)
 		cmocka_unit_test(test_log_buckets),
 		cmocka_unit_test(test_linear_buckets),
 		cmocka_unit_test(test_quantiles),
+		cmocka_unit_test(test_quantile_one_value_buckets),
 		cmocka_unit_test(test_rate_and_delta),
 		cmocka_unit_test(test_fd_kinds),
 		cmocka_unit_test(test_names),
