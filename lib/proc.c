@@ -224,18 +224,34 @@ static int cmp_pid(const void *a, const void *b)
 }
 
 /* A VMM holds a VM fd; a process that holds only stats fds (another
- * reader, like us) is not one. */
-static bool holds_vm(pid_t pid)
+ * reader, like us) is not one. 1, 0 or -errno. */
+static int holds_vm(pid_t pid)
 {
 	struct kvmstats_proc_fd *fds;
 	bool vm = false;
 	int n = kvmstats_proc__kvm_fds(pid, &fds);
 
+	if (n < 0)
+		return n;
 	for (int i = 0; i < n; i++)
 		vm |= fds[i].kind == KVMSTATS_FD_VM;
-	if (n >= 0)
-		free(fds);
+	free(fds);
 	return vm;
+}
+
+int ks_proc_vmm_check(pid_t pid, char *why, size_t why_sz)
+{
+	int vm = holds_vm(pid);
+
+	if (vm < 0) {
+		ks_err(why, why_sz, "%s", vm == -ESRCH ? "no such process" :
+		       strerror(-vm));
+		return vm;
+	}
+	if (vm)
+		return 0;
+	ks_err(why, why_sz, "not a VMM (it holds no KVM VM fd)");
+	return -ENOENT;
 }
 
 int kvmstats_proc__vmm_pids(pid_t **out)
@@ -250,7 +266,7 @@ int kvmstats_proc__vmm_pids(pid_t **out)
 	while ((de = readdir(d))) {
 		pid_t pid = (pid_t)atoi(de->d_name);
 
-		if (pid <= 0 || pid == self || !holds_vm(pid))
+		if (pid <= 0 || pid == self || holds_vm(pid) <= 0)
 			continue;
 		if (n == cap) {
 			size_t c = cap ? cap * 2 : 16;
