@@ -216,7 +216,8 @@ KVMSTATS_API int kvmstats_hist__bucket_bounds(const struct kvmstats_stat *st,
 KVMSTATS_API uint64_t kvmstats_hist__count(const struct kvmstats_stat *st,
 					   const uint64_t *buckets);
 /* Estimate the q-quantile (0..1) in raw units, interpolating linearly
- * inside the bucket; NAN when the histogram is empty. */
+ * inside the bucket (a bucket that holds one value, as log2 bucket 0
+ * holds 0, gives that value); NAN when the histogram is empty. */
 KVMSTATS_API double kvmstats_hist__quantile(const struct kvmstats_stat *st,
 					    const uint64_t *buckets, double q);
 

@@ -279,28 +279,6 @@ static void complete_vm_level(struct kvmstats_host *h, struct kvmstats_vmm *v)
 				 sizeof(v->vms[i]->why_none[0]), "%s", all);
 }
 
-/* A process that holds no KVM VM fd is no VMM: no source is worth a try
- * (pid 1, a typo), and saying so beats a source's own complaint. */
-static int not_a_vmm(pid_t pid, char *why, size_t why_sz)
-{
-	struct kvmstats_proc_fd *fds = NULL;
-	int n = kvmstats_proc__kvm_fds(pid, &fds);
-	bool vm = false;
-
-	if (n < 0) {
-		ks_err(why, why_sz, "%s", n == -ESRCH ? "no such process" :
-		       strerror(-n));
-		return n;
-	}
-	for (int i = 0; i < n; i++)
-		vm |= fds[i].kind == KVMSTATS_FD_VM;
-	free(fds);
-	if (vm)
-		return 0;
-	ks_err(why, why_sz, "not a VMM (it holds no KVM VM fd)");
-	return -ENOENT;
-}
-
 /* Try the sources in order of preference; the first that opens wins. */
 static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 				     char *why, size_t why_sz)
@@ -313,11 +291,16 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 		return NULL;
 	err = ks_vmm_pidfd_open(v);
 	if (err) {
-		ks_err(why, why_sz, "pidfd_open: %s", strerror(-err));
+		if (err == -ESRCH)
+			ks_err(why, why_sz, "no such process");
+		else
+			ks_err(why, why_sz, "pidfd_open: %s", strerror(-err));
 		goto err;
 	}
 	kvmstats_proc__name(pid, v->name, sizeof(v->name));
-	err = not_a_vmm(pid, why, why_sz);
+	/* No VMM (pid 1, a typo): no source is worth a try, and saying so
+	 * beats a source's own complaint. */
+	err = ks_proc_vmm_check(pid, why, why_sz);
 	if (err)
 		goto err;
 	err = -ENOENT;

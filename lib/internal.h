@@ -134,6 +134,9 @@ bool ks_remote_is_stats(pid_t pid, int fd, int vcpu);
 void ks_drop_fd(int fd);
 /* Read a small /proc file whole, NUL-terminated; bytes read or -errno. */
 ssize_t ks_read_small(const char *path, char *buf, size_t len);
+/* Is @pid a VMM, one that holds a KVM VM fd? 0; else -ENOENT (it holds
+ * none: pid 1, a typo), -ESRCH (gone) or -errno, and why in @why. */
+int ks_proc_vmm_check(pid_t pid, char *why, size_t why_sz);
 void ks_vm_free(struct kvmstats_vm *vm);
 
 /* Give an ops reader (kvmstats_reader__open_ops) the id its target would

@@ -15,9 +15,12 @@
  *     a file. Migration sends only the used part, so only that counts.
  *     The same exchange reads max-bandwidth and downtime-limit
  *     (query-migrate-parameters) for the cost model.
- *     Our QMP connection is short and bounded: QEMU serves one client per
- *     monitor socket, so when another client (libvirt) holds it we give up
- *     at the deadline and fall back to 3.
+ *     The socket is one QEMU's command line names, used only if QEMU
+ *     could use it itself, and connected to through the file that was
+ *     checked (lib/qmp_trust.c); the client is lib/qmp.c's, bounded in
+ *     time and size. QEMU serves one client per monitor socket: when
+ *     another client (libvirt) holds it, or it does not answer in time,
+ *     we fall back to 3.
  *  3. A heuristic for any VMM, from /proc/PID/smaps, best tier first:
  *     a. read-write mappings the VMM marked as guest memory with
  *        MADV_DONTFORK, MADV_HUGEPAGE or MADV_MERGEABLE (VmFlags dc, hg,
@@ -39,11 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "mem_internal.h"
@@ -324,178 +325,9 @@ static int use_ranges(struct kvmstats_ram *ram, const struct maps *ms,
 
 /* ---- 2. QEMU over QMP ---- */
 
-struct qmp {
-	int fd;
-	uint64_t deadline;
-	json_tokener *tok;
-	char buf[8192];
-	size_t pos, len;
-};
-
-static int qmp_wait(struct qmp *q, short events)
-{
-	struct pollfd p = { .fd = q->fd, .events = events };
-	uint64_t now = ks_now_ns();
-	int r;
-
-	if (now >= q->deadline)
-		return -ETIMEDOUT;
-	r = poll(&p, 1, (int)((q->deadline - now) / 1000000) + 1);
-	if (r < 0)
-		return errno == EINTR ? 0 : -errno;
-	return r ? 0 : -ETIMEDOUT;
-}
-
-static int qmp_connect(struct qmp *q, const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int err;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	q->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (q->fd < 0)
-		return -errno;
-	if (!connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)))
-		return 0;
-	if (errno != EAGAIN && errno != EINPROGRESS)
-		return -errno;
-	/* Backlog full: wait for room, within the deadline. */
-	err = qmp_wait(q, POLLOUT);
-	if (err)
-		return err;
-	return connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)) && errno != EISCONN
-		       ? -errno : 0;
-}
-
-/* The next JSON message, or NULL with *err set. */
-static struct json_object *qmp_next(struct qmp *q, int *err)
-{
-	for (;;) {
-		ssize_t n;
-
-		if (q->pos < q->len) {
-			struct json_object *o = json_tokener_parse_ex(
-				q->tok, q->buf + q->pos, (int)(q->len - q->pos));
-			enum json_tokener_error je = json_tokener_get_error(q->tok);
-
-			if (o) {
-				q->pos += json_tokener_get_parse_end(q->tok);
-				json_tokener_reset(q->tok);
-				return o;
-			}
-			if (je != json_tokener_continue) {
-				*err = -EBADMSG;
-				return NULL;
-			}
-			q->pos = q->len;
-		}
-		*err = qmp_wait(q, POLLIN);
-		if (*err)
-			return NULL;
-		n = read(q->fd, q->buf, sizeof(q->buf));
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (n <= 0) {
-			*err = n ? -errno : -ECONNRESET;
-			return NULL;
-		}
-		q->pos = 0;
-		q->len = (size_t)n;
-	}
-}
-
-static int qmp_send(struct qmp *q, const char *msg)
-{
-	size_t off = 0, len = strlen(msg);
-
-	while (off < len) {
-		ssize_t n = write(q->fd, msg + off, len - off);
-
-		if (n < 0 && errno == EAGAIN) {
-			int err = qmp_wait(q, POLLOUT);
-
-			if (err)
-				return err;
-			continue;
-		}
-		if (n < 0)
-			return errno == EINTR ? 0 : -errno;
-		off += (size_t)n;
-	}
-	return 0;
-}
-
-/* Run one command; returns its "return" value (a new reference) or NULL
- * with *err set (-EREMOTEIO for a QMP error reply). Events are skipped. */
-static struct json_object *qmp_cmd(struct qmp *q, const char *cmd, int *err)
-{
-	*err = qmp_send(q, cmd);
-	if (*err)
-		return NULL;
-	for (;;) {
-		struct json_object *o = qmp_next(q, err), *v;
-
-		if (!o)
-			return NULL;
-		if (json_object_object_get_ex(o, "return", &v)) {
-			json_object_get(v);
-			json_object_put(o);
-			return v;
-		}
-		if (json_object_object_get_ex(o, "error", NULL)) {
-			json_object_put(o);
-			*err = -EREMOTEIO;
-			return NULL;
-		}
-		json_object_put(o);
-	}
-}
-
-/* ---- finding QEMU's QMP socket from its command line ---- */
-
-/* The monitor socket QEMU @pid names (lib/qmp_cmdline.c, libvirt's
- * fd-passed one included), taken only if @pid could use it itself
- * (ks_qmp_sock_open(): a path on a less trusted process's command line
- * must not make us its deputy). @out gets a path to connect to from here:
- * the socket as named when @pid shares our root and the path is
- * absolute, else through /proc/PID/root or /proc/PID/cwd. @why gets the
- * reason of a refusal. */
-static int find_qmp(pid_t pid, char *out, size_t len, char *why, size_t why_sz)
-{
-	char (*socks)[PATH_MAX] = calloc(KS_QMP_MAX_SOCKS, PATH_MAX);
-	struct stat st, root, ours;
-	char path[64];
-	int n, err = -ENOENT;
-
-	if (!socks)
-		return -ENOMEM;
-	n = ks_qmp_find_sockets(pid, KS_QMP_FIND_FD, socks, KS_QMP_MAX_SOCKS);
-	if (n < 0)
-		err = n;
-	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
-	for (int i = 0; i < n && err; i++) {
-		int fd = ks_qmp_sock_open(socks[i], pid, &st, why, why_sz);
-		bool same_root;
-
-		if (fd < 0) {
-			err = fd;
-			continue;
-		}
-		close(fd);
-		same_root = !stat(path, &root) && !stat("/", &ours) &&
-			    root.st_dev == ours.st_dev && root.st_ino == ours.st_ino;
-		if (same_root && socks[i][0] == '/')
-			snprintf(out, len, "%s", socks[i]);
-		else
-			snprintf(out, len, "/proc/%d/%s/%s", (int)pid,
-				 socks[i][0] == '/' ? "root" : "cwd", socks[i]);
-		err = 0;
-	}
-	free(socks);
-	return err;
-}
+/* Our answers are a few KiB (info ramblock, the parameters): a monitor
+ * that sends more is not answering us. */
+#define QMP_MAX_ANSWER (1u << 20)
 
 /* ---- RAM blocks ---- */
 
@@ -586,55 +418,83 @@ static int parse_blocks(const char *text, struct qblock **out, size_t *n)
 	return err ? err : (*n ? 0 : -ENOENT);
 }
 
-/* The QMP exchange: RAM blocks and migration parameters. */
-static int qmp_query(struct kvmstats_ram *ram, unsigned int timeout_ms,
-		     struct qblock **blocks, size_t *nblocks)
+/* The RAM blocks as text: x-query-ramblock (QEMU 6.2+), else HMP's
+ * `info ramblock`. *o gets the answer that holds the text. */
+static int ramblock_text(struct ks_qmp *q, uint64_t deadline,
+			 struct json_object **o, const char **text, char *err,
+			 size_t errsz)
 {
-	struct qmp q = { .fd = -1 };
-	struct json_object *o = NULL, *v;
-	const char *text = NULL;
-	int err, perr;
+	struct json_object *args, *v;
+	int e;
 
-	q.deadline = ks_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	q.tok = json_tokener_new();
-	if (!q.tok)
+	*text = NULL;
+	e = ks_qmp_call(q, "x-query-ramblock", NULL, deadline, o, err, errsz);
+	if (!e && json_object_object_get_ex(*o, "human-readable-text", &v) &&
+	    json_object_is_type(v, json_type_string))
+		*text = json_object_get_string(v);
+	if (e != -EREMOTEIO)
+		return e;
+	args = json_object_new_object();
+	if (!args)
 		return -ENOMEM;
-	err = qmp_connect(&q, ram->qmp_path);
-	if (err)
-		goto out;
-	o = qmp_next(&q, &err);		/* the greeting */
-	if (!o || !json_object_object_get_ex(o, "QMP", NULL)) {
-		err = err ? err : -EPROTO;
-		goto out;
-	}
-	json_object_put(o);
-	o = qmp_cmd(&q, "{\"execute\":\"qmp_capabilities\"}", &err);
-	if (!o)
-		goto out;
-	json_object_put(o);
-	o = qmp_cmd(&q, "{\"execute\":\"x-query-ramblock\"}", &err);
-	if (o && json_object_object_get_ex(o, "human-readable-text", &v))
-		text = json_object_get_string(v);
-	if (!o && err == -EREMOTEIO) {
-		o = qmp_cmd(&q, "{\"execute\":\"human-monitor-command\",\"arguments\":"
-			    "{\"command-line\":\"info ramblock\"}}", &err);
-		text = o ? json_object_get_string(o) : NULL;
-	}
-	if (!o)
-		goto out;
-	err = text ? parse_blocks(text, blocks, nblocks) : -EPROTO;
-	json_object_put(o);
-	/* Optional: the model has defaults. */
-	o = qmp_cmd(&q, "{\"execute\":\"query-migrate-parameters\"}", &perr);
-	if (o && json_object_object_get_ex(o, "max-bandwidth", &v))
+	json_object_object_add(args, "command-line",
+			       json_object_new_string("info ramblock"));
+	e = ks_qmp_call(q, "human-monitor-command", args, deadline, o, err, errsz);
+	json_object_put(args);
+	if (!e && json_object_is_type(*o, json_type_string))
+		*text = json_object_get_string(*o);
+	return e;
+}
+
+/* Optional (the model has defaults): max-bandwidth, downtime-limit. */
+static void migrate_params(struct kvmstats_ram *ram, struct ks_qmp *q,
+			   uint64_t deadline)
+{
+	struct json_object *o = NULL, *v;
+
+	if (ks_qmp_call(q, "query-migrate-parameters", NULL, deadline, &o,
+			NULL, 0))
+		return;
+	if (json_object_object_get_ex(o, "max-bandwidth", &v) &&
+	    json_object_is_type(v, json_type_int) && json_object_get_int64(v) > 0)
 		ram->max_bandwidth = (uint64_t)json_object_get_int64(v);
-	if (o && json_object_object_get_ex(o, "downtime-limit", &v))
+	if (json_object_object_get_ex(o, "downtime-limit", &v) &&
+	    json_object_is_type(v, json_type_int) && json_object_get_int64(v) > 0 &&
+	    json_object_get_int64(v) <= UINT32_MAX)
 		ram->downtime_ms = (uint32_t)json_object_get_int64(v);
-out:
 	json_object_put(o);
-	json_tokener_free(q.tok);
-	if (q.fd >= 0)
-		close(q.fd);
+}
+
+/* The QMP exchange, through @pathfd (ks_qmp_sock_open()): the file that
+ * was checked is the one connected to, whatever is renamed over its path
+ * meanwhile. @as: the process whose word the path is (0: ours). */
+static int qmp_query(struct kvmstats_ram *ram, int pathfd, const struct stat *st,
+		     pid_t as, unsigned int timeout_ms, struct qblock **blocks,
+		     size_t *nblocks, char *why, size_t why_sz)
+{
+	uint64_t deadline = ks_qmp_deadline(timeout_ms);
+	struct json_object *o = NULL;
+	const char *text;
+	struct ks_qmp *q;
+	char e[200] = "";
+	int err;
+
+	err = ks_qmp_connect_fd(&q, pathfd, st, ram->qmp_path, as, -1, 0,
+				deadline, why, why_sz);
+	if (err)
+		return err;
+	ks_qmp_set_max_msg(q, QMP_MAX_ANSWER);
+	err = ramblock_text(q, deadline, &o, &text, e, sizeof(e));
+	if (!err)
+		err = text ? parse_blocks(text, blocks, nblocks) : -EPROTO;
+	json_object_put(o);
+	if (!err)
+		migrate_params(ram, q, deadline);
+	ks_qmp_close(q);
+	if (err)
+		ks_err(why, why_sz, "QMP socket %s: %s", ram->qmp_path,
+		       err == -EPROTO ? "no RAM blocks in its answer" :
+		       e[0] ? e : strerror(-err));
 	return err;
 }
 
@@ -702,45 +562,76 @@ static int match_blocks(struct kvmstats_ram *ram, struct maps *ms,
 	return missed == nb ? -ENOENT : 0;
 }
 
-static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
-		   struct maps *ms)
+/* One monitor socket: @path as @as named it (0: the caller's own), taken
+ * only if @as could use it itself. */
+static int try_socket(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
+		      struct maps *ms, const char *path, pid_t as,
+		      bool *answered, char *why, size_t why_sz)
 {
-	char unmatched[256], why[sizeof(ram->note)] = "";
+	char unmatched[256];
 	struct qblock *b = NULL;
+	struct stat st;
 	size_t nb = 0;
-	int err = 0;
+	int fd, err;
 
-	if (o->qmp_path)
-		snprintf(ram->qmp_path, sizeof(ram->qmp_path), "%s", o->qmp_path);
-	else
-		err = find_qmp(ram->pid, ram->qmp_path, sizeof(ram->qmp_path),
-			       why, sizeof(why));
-	if (err) {
-		snprintf(ram->note, sizeof(ram->note), "%s",
-			 err == -ENOTSUP ? "not QEMU" : why[0] ? why :
-			 "no QMP socket on QEMU's command line");
-		return err;
-	}
-	err = qmp_query(ram, o->timeout_ms ? o->timeout_ms : 1000, &b, &nb);
-	if (err) {
-		snprintf(ram->note, sizeof(ram->note), "QMP %s: %s", ram->qmp_path,
-			 err == -ETIMEDOUT ? "no answer in time (another client holds "
-					     "the monitor?)" : strerror(-err));
+	fd = ks_qmp_sock_open(path, as, &st, why, why_sz);
+	if (fd < 0)
+		return fd;
+	snprintf(ram->qmp_path, sizeof(ram->qmp_path), "%s", path);
+	err = qmp_query(ram, fd, &st, as, o->timeout_ms ? o->timeout_ms : 1000,
+			&b, &nb, why, why_sz);
+	close(fd);
+	if (err == -ETIMEDOUT)
+		ks_err(why, why_sz, "QMP socket %s: no answer in time (a hung "
+		       "monitor?)", path);
+	if (err)
 		goto out;
-	}
+	*answered = true;
 	err = match_blocks(ram, ms, b, nb, unmatched, sizeof(unmatched));
 	if (err) {
-		snprintf(ram->note, sizeof(ram->note),
-			 "QMP: no RAM block matched a mapping");
+		ks_err(why, why_sz, "QMP: no RAM block matched a mapping");
 		goto out;
 	}
 	ram->how = KVMSTATS_RAM_QMP;
 	if (unmatched[0])
-		snprintf(ram->note, sizeof(ram->note),
-			 "RAM blocks without a matching mapping: %.*s",
-			 (int)sizeof(ram->note) - 40, unmatched);
+		ks_err(why, why_sz, "RAM blocks without a matching mapping: %.*s",
+		       (int)why_sz - 40, unmatched);
+	else
+		why[0] = 0;
 out:
 	free(b);
+	return err;
+}
+
+/* The caller's socket, else the monitor sockets QEMU names on its command
+ * line (lib/qmp_cmdline.c, libvirt's fd-passed one included): a path on
+ * a less trusted process's command line must not make us its deputy. */
+static int try_qmp(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o,
+		   struct maps *ms)
+{
+	char (*socks)[PATH_MAX] = NULL;
+	char why[sizeof(ram->note)] = "";
+	int n = 1, err = -ENOENT;
+	bool answered = false;
+
+	if (!o->qmp_path) {
+		socks = calloc(KS_QMP_MAX_SOCKS, PATH_MAX);
+		if (!socks)
+			return -ENOMEM;
+		n = ks_qmp_find_sockets(ram->pid, KS_QMP_FIND_FD, socks,
+					KS_QMP_MAX_SOCKS);
+		if (n < 0)
+			err = n;
+	}
+	/* Until one answers: another monitor of the same QEMU would give
+	 * the same blocks. */
+	for (int i = 0; i < n && err && !answered; i++)
+		err = try_socket(ram, o, ms, socks ? socks[i] : o->qmp_path,
+				 socks ? ram->pid : 0, &answered, why, sizeof(why));
+	free(socks);
+	snprintf(ram->note, sizeof(ram->note), "%s",
+		 !err || why[0] ? why : err == -ENOTSUP ? "not QEMU" :
+		 "no QMP socket on QEMU's command line");
 	return err;
 }
 

@@ -314,6 +314,7 @@ struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_o
 {
 	struct kvmstats_ram_opts ro;
 	struct kvmstats_plan *p = calloc(1, sizeof(*p));
+	char why[64];
 	int err = p ? ks_opts_copy(&p->o, sizeof(p->o), opts) : -ENOMEM;
 
 	if (!err)
@@ -326,6 +327,13 @@ struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_o
 	p->t0 = ks_now_ns();
 	if (!p->o.methods)
 		p->o.methods = 1u << KVMSTATS_METHOD_SCAN;
+	/* Say so of a process that is no VMM (pid 1, a typo), rather than
+	 * that its memory holds nothing like guest RAM. */
+	err = ks_proc_vmm_check(pid, why, sizeof(why));
+	if (err) {
+		ks_err(errbuf, errbuf_sz, "pid %d: %s", (int)pid, why);
+		goto err;
+	}
 	ro.sz = sizeof(ro);
 	ro.errbuf = errbuf;
 	ro.errbuf_sz = errbuf_sz;

@@ -138,22 +138,54 @@ ssize_t ks_read_small(const char *path, char *buf, size_t len)
 	return n;
 }
 
-/* QEMU: "-name guest=NAME,debug-threads=on" or "-name NAME[,opts]". */
+/* One value of a QEMU option string, up to a lone ',' (",," is a
+ * literal comma), into @buf (truncated; NULL: skipped). Returns where the
+ * next parameter starts. */
+static const char *opt_value(const char *p, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; *p; p++) {
+		if (*p == ',' && p[1] != ',')
+			break;
+		if (*p == ',')
+			p++;	/* ",,": one comma */
+		if (buf && n + 1 < len)
+			buf[n++] = *p;
+	}
+	if (buf && len)
+		buf[n] = 0;
+	return *p ? p + 1 : p;
+}
+
+/*
+ * QEMU's -name, read as QEMU's option parser reads it: parameters split
+ * at a lone ',', ",," a comma inside a value; the first parameter without
+ * '=' is the implied "guest" ("-name NAME[,opts]"), "guest=NAME" anywhere
+ * else, the last one winning; a later parameter without '=' is a flag.
+ */
 static bool qemu_name(const char *arg, char *buf, size_t len)
 {
-	const char *p = arg, *end;
+	bool found = false;
 
-	if (!strncmp(p, "guest=", 6))
-		p += 6;
-	else if (strchr(p, '=') && strchr(p, '=') < (strchr(p, ',') ?: p + strlen(p)))
-		return false;	/* only other key=value options */
-	end = strchr(p, ',');
-	if (!end)
-		end = p + strlen(p);
-	if (end == p)
-		return false;
-	snprintf(buf, len, "%.*s", (int)(end - p), p);
-	return true;
+	for (const char *p = arg; *p;) {
+		size_t key = strcspn(p, "=,");
+		bool guest;
+
+		if (p[key] != '=') {
+			guest = p == arg;	/* the implied key, first only */
+			if (!guest) {
+				p += key + (p[key] == ',');	/* a flag */
+				continue;
+			}
+		} else {
+			guest = key == 5 && !strncmp(p, "guest", 5);
+			p += key + 1;
+		}
+		p = opt_value(p, guest ? buf : NULL, len);
+		found = guest ? buf[0] != 0 : found;
+	}
+	return found;
 }
 
 int kvmstats_proc__name(pid_t pid, char *buf, size_t len)
@@ -192,18 +224,34 @@ static int cmp_pid(const void *a, const void *b)
 }
 
 /* A VMM holds a VM fd; a process that holds only stats fds (another
- * reader, like us) is not one. */
-static bool holds_vm(pid_t pid)
+ * reader, like us) is not one. 1, 0 or -errno. */
+static int holds_vm(pid_t pid)
 {
 	struct kvmstats_proc_fd *fds;
 	bool vm = false;
 	int n = kvmstats_proc__kvm_fds(pid, &fds);
 
+	if (n < 0)
+		return n;
 	for (int i = 0; i < n; i++)
 		vm |= fds[i].kind == KVMSTATS_FD_VM;
-	if (n >= 0)
-		free(fds);
+	free(fds);
 	return vm;
+}
+
+int ks_proc_vmm_check(pid_t pid, char *why, size_t why_sz)
+{
+	int vm = holds_vm(pid);
+
+	if (vm < 0) {
+		ks_err(why, why_sz, "%s", vm == -ESRCH ? "no such process" :
+		       strerror(-vm));
+		return vm;
+	}
+	if (vm)
+		return 0;
+	ks_err(why, why_sz, "not a VMM (it holds no KVM VM fd)");
+	return -ENOENT;
 }
 
 int kvmstats_proc__vmm_pids(pid_t **out)
@@ -218,7 +266,7 @@ int kvmstats_proc__vmm_pids(pid_t **out)
 	while ((de = readdir(d))) {
 		pid_t pid = (pid_t)atoi(de->d_name);
 
-		if (pid <= 0 || pid == self || !holds_vm(pid))
+		if (pid <= 0 || pid == self || holds_vm(pid) <= 0)
 			continue;
 		if (n == cap) {
 			size_t c = cap ? cap * 2 : 16;

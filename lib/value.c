@@ -168,8 +168,11 @@ double kvmstats_hist__quantile(const struct kvmstats_stat *st,
 		}
 		if (kvmstats_hist__bucket_bounds(st, i, &lo, &hi))
 			return NAN;
-		/* The open last bucket has no upper edge: report its floor. */
-		if (isinf(hi))
+		/* The open last bucket has no upper edge: report its floor.
+		 * Values are integers: a bucket one wide (log2 buckets 0 and
+		 * 1, linear ones of size 1) holds only lo, nothing to
+		 * interpolate. */
+		if (isinf(hi) || hi - lo <= 1)
 			return lo;
 		return lo + (hi - lo) * ((rank - seen) / (double)buckets[i]);
 	}

@@ -13,8 +13,13 @@
 #    with QEMU's calc-dirty-rate (page-sampling, calc-time 1) within 25%;
 #  - a VM exiting mid-scan ends its own scan cleanly, the other VM's plan
 #    is unaffected;
-#  - --region overrides, the stats estimator never reports 0 for a VM
-#    that ran, the table output.
+#  - the stats tier: where KVM counts pages_* (a stock KVM),
+#    pages_4k + 512 x pages_2m is at least QEMU's normal pages and the
+#    tier reports it as an upper bound whose interval holds QEMU's zero
+#    pages; where KVM leaves them at 0 (kvm_pvm: found out from the stats
+#    fd), the tier claims no bound and says so; never a 0 for a VM that
+#    ran;
+#  - --region overrides, the table output.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu stock
 source "$(dirname "$0")/../lib.sh"
@@ -101,6 +106,60 @@ migrate() {
 	return 1
 }
 
+# stats_before NAME PID: KVM's own count of the guest's mappings, read
+# from the kernel's stats fd (dump --attach) after the guest wrote its
+# data and before the migration (whose dirty logging write-protects and
+# splits mappings): MAPPED = pages_4k + 512 x pages_2m + 262144 x
+# pages_1g, EXITS; and what the stats tier says then.
+stats_before() {
+	local name=$1 pid=$2
+	"$KVMSTATS" dump --pid "$pid" --attach --json >"$TMP/$name.fd" 2>"$TMP/$name.fd.err"
+	read -r MAPPED EXITS < <(jq -r '.vms[0] | [(.stats.pages_4k // 0) +
+		512 * (.stats.pages_2m // 0) + 262144 * (.stats.pages_1g // 0),
+		([.vcpus[].stats.exits] | add // 0)] | @tsv' "$TMP/$name.fd" 2>/dev/null)
+	echo "# $name: KVM (the stats fd): pages_4k + 512 x pages_2m + 262144 x pages_1g = ${MAPPED:-?}, exits ${EXITS:-?}"
+	"$KVMSTATS" plan --pid "$pid" --method stats --interval 0 --json \
+		>"$TMP/$name.stats" 2>"$TMP/$name.stats.err"
+	STATS_RC=$?
+	"$KVMSTATS" plan --pid "$pid" --method stats,pagemap --interval 0 --json \
+		>"$TMP/$name.stats2" 2>&1
+}
+
+# stats_vs_migration NAME NORMAL DUPLICATE: the stats tier against what
+# QEMU's migration then sent. Where this KVM counts pages_* (a stock KVM),
+# they bound the touched memory from above (written zeros count as
+# touched, a 2 MiB mapping as 512 pages): at least QEMU's normal pages,
+# and the tier says it is an upper bound, its zero interval holding
+# QEMU's zero pages. Where it leaves them at 0 though the guest ran and
+# wrote (kvm_pvm), the tier must claim no bound from them.
+stats_vs_migration() {
+	local name=$1 normal=$2 dup=$3
+	if [ -z "$MAPPED" ] || [ -z "$EXITS" ]; then
+		fail "$name: KVM's pages_* read from the stats fd (dump --attach)" "$(head -c 300 "$TMP/$name.fd.err")"
+		return
+	fi
+	if [ "$MAPPED" -gt 0 ]; then
+		check "$name: this KVM counts pages_*: pages_4k + 512 x pages_2m ($MAPPED) >= QEMU's normal pages ($normal)" \
+			test "$MAPPED" -ge "$normal"
+		check "$name: the stats tier is an upper bound on touched memory whose zero interval holds QEMU's $dup zero pages" \
+			jq -e --argjson n "$normal" --argjson d "$dup" '.vms[0] |
+			.method == "stats" and (.estimates[] | select(.method == "stats") |
+			.valid and (.note | test("upper bound")) and .nonzero_pages >= $n and
+			.zero_pages_interval[0] <= $d and $d <= .zero_pages_interval[1])' "$TMP/$name.stats"
+		return
+	fi
+	check "$name: this KVM leaves pages_* at 0 though the guest ran ($EXITS exits) and wrote $normal pages" \
+		test "$EXITS" -gt 0 -a "$normal" -gt 0
+	check "$name: ... so the stats tier claims no bound from them: no estimate, and says why" \
+		jq -e '.vms[0].estimates[] | select(.method == "stats") |
+		(.valid | not) and .zero_pages == null and .zero_pages_interval == null and
+		(.note | test("not maintained by this KVM"))' "$TMP/$name.stats"
+	check "$name: ... plan --method stats alone exits 1 and says so" \
+		test "$STATS_RC" = 1 -a -n "$(grep 'not maintained by this KVM' "$TMP/$name.stats.err")"
+	check "$name: ... with --method stats,pagemap the plan falls back to pagemap" \
+		jq -e '.vms[0] | .method == "pagemap" and .error == null and .rank == 1' "$TMP/$name.stats2"
+}
+
 # scan_vs_migration NAME: the Done-when of the issue for one VM.
 scan_vs_migration() {
 	local name=$1 pid rss0 rss1 out nz pred sha0 sha1 normal dup xfer
@@ -131,12 +190,14 @@ scan_vs_migration() {
 		(.valid and .nonzero_pages > 0) or (.valid | not) and (.note | length) > 0' \
 		"$TMP/$name.all"
 
+	stats_before "$name" "$pid"
 	read -r normal dup xfer < <(migrate "$name")
 	echo "# $name: QEMU normal=$normal duplicate=$dup transferred=$xfer"
 	if [ -z "$normal" ]; then
 		fail "$name: migration did not complete"
 		return
 	fi
+	stats_vs_migration "$name" "$normal" "$dup"
 	check "$name: nonzero_pages $nz within 0.5% of QEMU's normal $normal" \
 		within "$nz" "$normal" 0.5
 	check "$name: predicted bytes $pred within 5% of QEMU's transferred $xfer" \

@@ -3,7 +3,9 @@
 # A VMM a guest owns says what it likes (DESIGN.md's threat model):
 #  - a process of uid 65534 naming a root-only QMP socket on its command
 #    line: kvmstats never connects to it (the victim, a listener there,
-#    sees no connection), not for dump, list or plan, and says why;
+#    sees no connection), not for dump, list or plan, and says why; nor
+#    when it swaps its own socket's path with a link to that socket
+#    while plan checks and connects;
 #  - a hostile monitor naming 500 new vCPUs at every poll, with made-up
 #    ids: `record` stays bounded in vCPUs (no more than the VMM's vCPU
 #    fds), memory and log size, and no id is made up.
@@ -79,6 +81,60 @@ sleep 0.3
 	pass "qmp_hostile: the same socket given with --qmp is connected to (the test sees connections)" ||
 	fail "qmp_hostile: the same socket given with --qmp is connected to"
 kill "$DEP"
+
+# ---- a VMM swapping its socket for a link to the victim -----------------------
+# The socket checked must be the socket used. plan walks the path the VMM
+# names as the VMM would (its credentials, links followed in its root)
+# and connects through the fd the walk ended on, never by name again. This
+# VMM listens on its own socket and, as fast as it can, swaps that path
+# with a link to the victim (renameat2 RENAME_EXCHANGE): each plan run
+# either refuses (its walk met the link: the VMM cannot reach the victim)
+# or talks to the VMM's own socket (its walk met the socket); the victim
+# sees no connection. Connecting by name after the check (plan until
+# now) reached the victim in 3 of 24 runs.
+chmod 0711 "$TMP"	# the VMM's way to its own directory; rootonly stays 0700
+mkdir -m 0755 "$TMP/swap"
+chown 65534:65534 "$TMP/swap"
+SWAP=$TMP/swap/qmp.sock
+hostile swap 1 -qmp "unix:$SWAP,server=on" "$VICTIM" || { fail "qmp_hostile: swap starts"; exit 0; }
+SW=$HPID
+before=$(ours)
+: >"$TMP/sw.pids"
+for i in $(seq 24); do
+	# Not under timeout(1): the VMM logs its clients' pids, kvmstats' own.
+	"$KVMSTATS" plan --pid "$SW" --method pagemap --interval 0 --json \
+		>"$TMP/sw$i.json" 2>"$TMP/sw$i.err" &
+	p=$!
+	echo $p >>"$TMP/sw.pids"
+	for _ in $(seq 400); do kill -0 $p 2>/dev/null || break; sleep 0.05; done
+	kill -KILL $p 2>/dev/null
+	wait $p
+done
+sleep 0.3
+victim=$(($(ours) - before))
+own=$(grep -cxFf "$TMP/sw.pids" "$SWAP.log" 2>/dev/null)
+refused=0 answered=0 unexplained=0
+for i in $(seq 24); do
+	if cat "$TMP/sw$i.json" "$TMP/sw$i.err" | grep -q "refused: pid $SW (uid 65534)"; then
+		refused=$((refused + 1))
+	elif cat "$TMP/sw$i.json" "$TMP/sw$i.err" | grep -q "no RAM blocks in its answer"; then
+		answered=$((answered + 1))
+	else
+		unexplained=$((unexplained + 1))
+		echo "# run $i: $(head -c 300 "$TMP/sw$i.err")"
+	fi
+done
+echo "# swap: 24 plan runs: $refused refused the link, $answered talked to the VMM's own socket ($own connections there), $victim reached the victim"
+[ "$victim" = 0 ] &&
+	pass "qmp_hostile: a VMM swapping its socket for a link to a root-only one: plan never reaches the victim (24 runs)" ||
+	fail "qmp_hostile: plan never reaches the victim through a swapped socket" "$victim connections: $(tail -3 "$TMP/victim.log")"
+[ "$refused" -ge 1 ] && [ "$answered" -ge 1 ] && [ "$own" -ge 1 ] &&
+	pass "qmp_hostile: the race was run: $refused runs saw the link and refused it, $answered talked to the VMM's own socket" ||
+	fail "qmp_hostile: the race was run both ways" "$refused refused, $answered answered, $own connections to the VMM's socket"
+[ "$unexplained" = 0 ] &&
+	pass "qmp_hostile: every plan run says what it did with the socket (refused, and why, or what the monitor answered)" ||
+	fail "qmp_hostile: every plan run says what it did with the socket" "$unexplained runs did not"
+kill "$SW"
 
 # ---- a monitor making up vCPUs ------------------------------------------------
 NV=4

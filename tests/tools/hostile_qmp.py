@@ -12,17 +12,31 @@
       500 vCPUs never seen before (and keeps the old ones), with made-up
       cpu-indexes (negative, huge, repeated) and thread-ids.
 
+  hostile_qmp.py swap NVCPUS READY -qmp unix:PATH,server=on VICTIM
+      creates the VM, then as uid/gid 65534 serves QMP on PATH (in a
+      directory it owns; the pid of every client goes to PATH.log) and,
+      as fast as it can, swaps PATH with a symbolic link to VICTIM (a
+      socket it cannot reach): renameat2(RENAME_EXCHANGE), so that PATH
+      always names one or the other. A reader that checks PATH, then
+      connects to it by name, sometimes connects to VICTIM. It stops
+      swapping after 120 s.
+
 Run it as `exec -a qemu-system-x86_64 python3 hostile_qmp.py ...` so that
 its argv[0] looks like QEMU's. READY is created once the VM exists.
 """
+import ctypes
 import fcntl
 import json
 import os
 import random
 import socket
+import struct
 import sys
+import threading
 import time
 
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
 KVM_CREATE_VM = 0xAE01
 KVM_CREATE_VCPU = 0xAE41
 NEW_PER_POLL = 500
@@ -105,23 +119,52 @@ class Monitor:
             buf = text.encode()
 
 
+def swap_forever(path, victim):
+    """PATH and a link to VICTIM trade places until 120 s have passed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    link = path + ".swap"
+    os.symlink(victim, link)
+    a, b = path.encode(), link.encode()
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        for _ in range(1000):
+            if libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE):
+                return
+
+
+def drop_to_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
 def main():
     mode, nvcpus, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     held = make_vm(nvcpus)
     if mode == "deputy":
         open(ready, "w").close()
-        os.setgroups([])
-        os.setgid(65534)
-        os.setuid(65534)
+        drop_to_nobody()
         while True:
             time.sleep(3600)
+    path = sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(sys.argv[5][len("unix:"):].split(",")[0])
+    sock.bind(path)
     sock.listen(1)
+    if mode == "swap":
+        os.chown(path, 65534, 65534)
     open(ready, "w").close()
+    if mode == "swap":
+        drop_to_nobody()
+        threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
+                         daemon=True).start()
     mon = Monitor()
     while True:
         conn, _ = sock.accept()
+        if mode == "swap":
+            peer = struct.unpack("3i", conn.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            with open(path + ".log", "a") as f:
+                f.write("%d\n" % peer)
         try:
             mon.serve(conn)
         except OSError:

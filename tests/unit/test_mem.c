@@ -503,20 +503,29 @@ static void *fake_main(void *arg)
 	}
 	say(fd, "{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n");
 	while ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
+		const char *id;
+		long long v = 0;
+
 		buf[n] = 0;
+		/* QEMU's replies carry the command's "id". */
+		id = strstr(buf, "\"id\"");
+		if (id && sscanf(id + 4, " :%lld", &v) != 1)
+			v = 0;
 		if (strstr(buf, "qmp_capabilities")) {
-			say(fd, "{\"event\": \"NOISE\"}\r\n{\"return\": {}}\r\n");
+			snprintf(reply, sizeof(reply), "{\"event\": \"NOISE\"}\r\n"
+				 "{\"return\": {}, \"id\": %lld}\r\n", v);
 		} else if (strstr(buf, "x-query-ramblock")) {
 			snprintf(reply, sizeof(reply),
-				 "{\"return\": {\"human-readable-text\": \"%s\"}}\r\n",
-				 f->ramblock);
-			say(fd, reply);
+				 "{\"return\": {\"human-readable-text\": \"%s\"}, "
+				 "\"id\": %lld}\r\n", f->ramblock, v);
 		} else if (strstr(buf, "query-migrate-parameters")) {
-			say(fd, "{\"return\": {\"max-bandwidth\": 1048576, "
-				"\"downtime-limit\": 123}}\r\n");
+			snprintf(reply, sizeof(reply), "{\"return\": {\"max-bandwidth\": "
+				 "1048576, \"downtime-limit\": 123}, \"id\": %lld}\r\n", v);
 		} else {
-			say(fd, "{\"error\": {\"class\": \"CommandNotFound\"}}\r\n");
+			snprintf(reply, sizeof(reply), "{\"error\": {\"class\": "
+				 "\"CommandNotFound\"}, \"id\": %lld}\r\n", v);
 		}
+		say(fd, reply);
 	}
 	close(fd);
 	return NULL;

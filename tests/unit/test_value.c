@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /* Decoding: unit scaling, human formats, histogram math, rates. */
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "unit.h"
 
@@ -134,6 +137,31 @@ static void test_quantiles(void **state)
 	assert_true(isnan(kvmstats_hist__quantile(lin, b, 1.5)));
 }
 
+/* Raw values are integers: a log2 bucket 0 holds exactly 0 and bucket 1
+ * exactly 1, so a quantile there is that value, not a point inside
+ * [0, 1) or [1, 2) ("0.5 ns" for a histogram of zeros). */
+static void test_quantile_one_value_buckets(void **state)
+{
+	const struct kvmstats_stat *lg = stat("loghist");
+	uint64_t zeros[8] = { 7, 0, 0, 0, 0, 0, 0, 0 };
+	uint64_t ones[8] = { 0, 3, 0, 0, 0, 0, 0, 0 };
+	uint64_t mixed[8] = { 50, 0, 50, 0, 0, 0, 0, 0 };
+	char buf[32];
+
+	(void)state;
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0.5) == 0);
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0.99) == 0);
+	assert_true(kvmstats_hist__quantile(lg, zeros, 0) == 0);
+	kvmstats_stat__format(lg, kvmstats_hist__quantile(lg, zeros, 0.5), buf,
+			      sizeof(buf));
+	assert_string_equal(buf, "0 s");
+	assert_true(kvmstats_hist__quantile(lg, ones, 0.5) == 1);
+	/* Half zeros, half in [2, 4): p25 is 0, p75 interpolates in [2, 4). */
+	assert_true(kvmstats_hist__quantile(lg, mixed, 0.25) == 0);
+	assert_true(kvmstats_hist__quantile(lg, mixed, 0.5) == 0);
+	assert_true(fabs(kvmstats_hist__quantile(lg, mixed, 0.75) - 3) < 1e-9);
+}
+
 static void test_rate_and_delta(void **state)
 {
 	size_t n = kvmstats_schema__data_size(schema) / 8;
@@ -157,6 +185,64 @@ static void test_rate_and_delta(void **state)
 	assert_int_equal(out[0], 0);
 	free(a);
 	free(b);
+}
+
+/* The name kvmstats_proc__name() gives a real process whose command line
+ * holds `-name ARG`: a shell blocked in `read`, so that its command line
+ * stays as it was exec'ed. */
+static void name_of(const char *arg, const char *want)
+{
+	char name[64] = "", cmd[64];
+	int p[2], st;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(p[0], 0);
+		close(p[1]);
+		execl("/bin/sh", "sh", "-c", "read x", "-name", arg, (char *)NULL);
+		_exit(127);
+	}
+	close(p[0]);
+	/* Until the exec: its command line is then the shell's. */
+	snprintf(cmd, sizeof(cmd), "/proc/%d/cmdline", (int)pid);
+	for (int i = 0; i < 500; i++) {
+		FILE *f = fopen(cmd, "re");
+		char first[4] = "";
+
+		if (f && fread(first, 1, 3, f) == 3 && !memcmp(first, "sh", 3)) {
+			fclose(f);
+			break;
+		}
+		if (f)
+			fclose(f);
+		usleep(10000);
+	}
+	assert_int_equal(kvmstats_proc__name(pid, name, sizeof(name)), 0);
+	close(p[1]);
+	waitpid(pid, &st, 0);
+	assert_string_equal(name, want);
+}
+
+/* QEMU's option syntax: ",," is a literal comma, "guest" the implied key
+ * of the first parameter, "guest=" anywhere, the last one wins. */
+static void test_qemu_names(void **state)
+{
+	(void)state;
+	name_of("guest=a,,b", "a,b");
+	name_of("a,,b,debug-threads=on", "a,b");
+	name_of("web,,1,,,debug-threads=on", "web,1,");
+	name_of("x,,y=z", "x,y=z");
+	name_of("debug-threads=on,guest=vm1", "vm1");
+	name_of("guest=old,guest=new", "new");
+	name_of("plain", "plain");
+	name_of("plain,debug-threads", "plain");
+	/* No name in it: the process's comm. */
+	name_of("debug-threads=on", "sh");
+	name_of("guest=", "sh");
+	name_of("", "sh");
 }
 
 static void test_fd_kinds(void **state)
@@ -201,8 +287,10 @@ int main(void)
 		cmocka_unit_test(test_log_buckets),
 		cmocka_unit_test(test_linear_buckets),
 		cmocka_unit_test(test_quantiles),
+		cmocka_unit_test(test_quantile_one_value_buckets),
 		cmocka_unit_test(test_rate_and_delta),
 		cmocka_unit_test(test_fd_kinds),
+		cmocka_unit_test(test_qemu_names),
 		cmocka_unit_test(test_names),
 	};
 
