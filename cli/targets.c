@@ -120,9 +120,14 @@ static bool other_source(const struct target_args *a, const char *want)
 int target_args_check(struct cli *cli, const struct target_args *a,
 		      bool qmp_ram)
 {
-	if ((a->flags & KVMSTATS_HOST_FORCE) && !(a->flags & KVMSTATS_HOST_ATTACH))
-		return cli_bad(cli, "--force goes with --attach");
-	if ((a->flags & KVMSTATS_HOST_ATTACH) && other_source(a, "attach"))
+	/* --source attach asks for the attach source as --attach does. */
+	if ((a->flags & KVMSTATS_HOST_FORCE) && !(a->flags & KVMSTATS_HOST_ATTACH) &&
+	    !(a->source && !strcmp(a->source, "attach")))
+		return cli_bad(cli, "--force goes with --attach or --source attach");
+	/* With --source qmp, --attach lets the kernel's fds check the order
+	 * of QEMU's histogram lists (QEMU lists buckets last first). */
+	if ((a->flags & KVMSTATS_HOST_ATTACH) && other_source(a, "attach") &&
+	    strcmp(a->source, "qmp"))
 		return cli_bad(cli, "--attach and --source %s: the attach source "
 			       "is not tried with --source %s", a->source,
 			       a->source);
