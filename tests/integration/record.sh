@@ -245,7 +245,7 @@ totals() {
 "$KVMSTATS" dump --pid "$RUN" --json --verbose | totals /dev/stdin >"$TMP/z1"
 check "record --log --csv: one header, 29 rows" test "$(grep -c '^time,' "$TMP/csv")" = 1 -a \
 	"$(wc -l <"$TMP/csv")" = 30
-head -1 "$TMP/csv" | tr ',' '\n' | sort >"$TMP/cols"
+head -1 "$TMP/csv" | tr -d "\r" | tr , "\n" | sort >"$TMP/cols" # CRLF: RFC 4180
 zero=$(join "$TMP/z0" "$TMP/z1" | awk '$2 == 0 && $3 == 0 { print $1 }' | sort)
 counted=$(awk '$2 > 0 { print $1 }' "$TMP/z0" | sort)
 echo "# never counted here: $(echo $zero)"
