@@ -132,22 +132,25 @@ check "stderr says where the torn record starts" grep -q \
 # ---- a full disk: a 64 KiB tmpfs in a private mount namespace --------
 if unshare -m true 2>/dev/null; then
 	mkdir -p "$TMP/small"
+	N=60	# samples; the disk is full for a while in between
 	unshare -m bash -c '
 		set -u
 		mount -t tmpfs -o size=64k none "$1" || exit 3
-		"$4" record --pid "$2" --interval 0.05 --count 60 \
+		"$4" record --pid "$2" --interval "$5" --count "$7" \
 			--output "$1/log" 2>"$3/full.err" &
 		rec=$!
-		sleep 0.5
-		# Fill the disk while the recorder writes, then free it.
+		# Fill the disk once the recorder writes (its first samples in
+		# the log), then free it.
+		for _ in $(seq 600); do [ -s "$1/log" ] && break; sleep 0.05; done
+		sleep "$5"; sleep "$5"
 		dd if=/dev/zero of="$1/filler" bs=4k 2>/dev/null
-		sleep 1
+		sleep "$6"
 		rm -f "$1/filler"
 		wait $rec
 		echo $? >"$3/full.rc"
 		cp "$1/log" "$3/full.log"
-	' _ "$TMP/small" "$RUN" "$TMP" "$KVMSTATS"
-	check "record survives a full disk (it ran to --count)" grep -q "of 60 samples" "$TMP/full.err"
+	' _ "$TMP/small" "$RUN" "$TMP" "$KVMSTATS" "$(slow_s 0.05)" "$(slow_s 1)" "$N"
+	check "record survives a full disk (it ran to --count)" grep -q "of $N samples" "$TMP/full.err"
 	check "exit status 1: samples were dropped" test "$(cat "$TMP/full.rc")" = 1
 	check "ENOSPC reported once" test \
 		"$(grep -c 'No space left on device' "$TMP/full.err")" = 1
@@ -156,9 +159,9 @@ if unshare -m true 2>/dev/null; then
 	"$KVMSTATS" replay --json "$TMP/full.log" >"$TMP/full.json" 2>"$TMP/full.rerr"
 	check "the log of a full disk replays, exit 0" test $? = 0
 	check "no damage in it (partial writes were cut back)" test ! -s "$TMP/full.rerr"
-	dropped=$(grep -o '[0-9]* of 60 samples could not be written' "$TMP/full.err" | cut -d' ' -f1)
-	check "it holds every sample not dropped ($(wc -l <"$TMP/full.json") + ${dropped:-?} = 60)" \
-		test "$(($(wc -l <"$TMP/full.json") + ${dropped:-999}))" = 60
+	dropped=$(grep -o "[0-9]* of $N samples could not be written" "$TMP/full.err" | cut -d' ' -f1)
+	check "it holds every sample not dropped ($(wc -l <"$TMP/full.json") + ${dropped:-?} = $N)" \
+		test "$(($(wc -l <"$TMP/full.json") + ${dropped:-999}))" = "$N"
 	check "samples from before and after the disk was full" jq -s -e \
 		'(.[-1].time - .[0].time) > 2' "$TMP/full.json"
 else
