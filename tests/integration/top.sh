@@ -18,7 +18,7 @@ screen() { TM capture-pane -p -t top; }
 # wait_screen REGEX [SECONDS]: until the pane shows REGEX.
 wait_screen() {
 	local i
-	for i in $(seq $((${2:-10} * 10))); do
+	for i in $(seq $(($(slow "${2:-10}") * 10))); do
 		screen | grep -Eq -- "$1" && return 0
 		sleep 0.1
 	done
@@ -27,7 +27,7 @@ wait_screen() {
 # wait_gone REGEX [SECONDS]: until the pane no longer shows REGEX.
 wait_gone() {
 	local i
-	for i in $(seq $((${2:-10} * 10))); do
+	for i in $(seq $(($(slow "${2:-10}") * 10))); do
 		screen | grep -Eq -- "$1" || return 0
 		sleep 0.1
 	done
@@ -148,7 +148,8 @@ stty -a >"$TMP/stty"
 sleep 60
 EOF
 TM new-session -d -s top -x 80 -y 24 "bash $TMP/run.sh"
-wait_screen "^ +$QEMU_PID " 10
+for p in "${GUESTS[@]}" "$QEMU_PID"; do wait_screen "^ +$p " 10; done
+wait_screen "q:quit" 5
 S1=$(screen)
 check "80x24: the header and key hints" test -n "$(echo "$S1" | head -1 | grep 'kvmstats top')" \
 	-a -n "$(echo "$S1" | tail -1 | grep 'q:quit')"
@@ -161,7 +162,7 @@ check "80x24: no line is wider than the screen" \
 wait_screen "^ +${GUESTS[0]} +[^ ]+ +[^ ]+ +[0-9]+ +[0-9.]+[kM]? " 5
 E1=$(exits_col "${GUESTS[0]}")
 for _ in 1 2 3; do
-	sleep 1.5
+	sleep "$(slow_s 1.5)"
 	E2=$(exits_col "${GUESTS[0]}")
 	[ "$E1" != "$E2" ] && break
 done
@@ -217,7 +218,7 @@ TM send-keys -t top 5
 TM send-keys -t top p
 check "p: paused" wait_screen "PAUSED" 5
 P1=$(screen | sed 1d)
-sleep 1.5
+sleep "$(slow_s 1.5)"
 P2=$(screen | sed 1d)
 check "paused: the screen stays as it was" test "$P1" = "$P2"
 TM send-keys -t top p
@@ -231,11 +232,11 @@ wait_screen "^VMs sorted by" 5
 
 # Resizes: bigger, then smaller than 80x24.
 TM resize-window -t top -x 120 -y 40
-sleep 1.2
+sleep "$(slow_s 1.2)"
 check "resized to 120x40: more columns, hints on the last line" test -n \
 	"$(screen | grep 'MMIO/s')" -a -n "$(screen | sed -n 40p | grep 'q:quit')"
 TM resize-window -t top -x 60 -y 16
-sleep 1.2
+sleep "$(slow_s 1.2)"
 W=$(screen | awk '{ if (length($0) > m) m = length($0) } END { print m }')
 check "resized to 60x16: still drawn, nothing wider ($W)" test -n \
 	"$(screen | sed -n 16p | grep 'q:quit')" -a "$W" -le 60
