@@ -231,6 +231,17 @@ qemu_wrapper() {
 	return 1
 }
 
+# lab_scripts WHAT: the integration scripts of a lab pass (all: every
+# one that needs a KVM; stock: what a non-stock KVM could not show).
+lab_scripts() {
+	if [ "$1" = all ]; then
+		scripts kvm
+	else
+		scripts kvm stock
+	fi
+	scripts stock-kvm
+}
+
 # lab_items WHAT: what a lab pass runs, one boot each, as items for
 # --inner: "units", "once:SCRIPT" (with the ASan+UBSan CLI but nosan),
 # "plain:SCRIPT" (release CLI), "qemu:VERSION:KIND" (the QEMU-tagged
@@ -240,9 +251,9 @@ lab_items() {
 	local t v
 	if [ "$1" = all ]; then
 		echo units
-		for t in $(scripts kvm) $(scripts stock-kvm); do echo "once:$t"; done
+		for t in $(lab_scripts all); do echo "once:$t"; done
 	else
-		for t in $(scripts kvm stock) $(scripts stock-kvm); do echo "plain:$t"; done
+		for t in $(lab_scripts stock); do echo "plain:$t"; done
 	fi
 	for v in $QEMU_VERSIONS; do
 		[ "$v" = system ] || echo "qemu:$v:$1"
@@ -302,15 +313,10 @@ inner_item() {
 	units) unit_pass kvm ;;
 	once:*) script_once "${1#once:}" ;;
 	plain:*) t=${1#plain:}; run "$(basename "$t" .sh)" 1200 bash "$t" ;;
-	qemu:*:all)
+	qemu:*:*)	# qemu_pass keeps the QEMU-tagged ones
 		QEMU_VERSIONS=$(echo "$1" | cut -d: -f2)
 		# shellcheck disable=SC2046
-		qemu_pass $(scripts kvm qemu) $(scripts stock-kvm qemu) ;;
-	qemu:*:stock)
-		QEMU_VERSIONS=$(echo "$1" | cut -d: -f2)
-		# shellcheck disable=SC2046
-		qemu_pass $(scripts kvm stock | while read -r t; do tag "$t" qemu && echo "$t"; done) \
-			$(scripts stock-kvm qemu) ;;
+		qemu_pass $(lab_scripts "$(echo "$1" | cut -d: -f3)") ;;
 	*) echo "not ok - lab: unknown item $1"; failed=$((failed + 1)) ;;
 	esac
 }
