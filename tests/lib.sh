@@ -55,13 +55,14 @@ wait_file() {
 	return 1
 }
 
-# Start tinyvmm in the background with --ready; sets VMM_PID.
+# Start tinyvmm in the background with --ready; sets VMM_PID and VMM_READY
+# (its ready file).
 start_vmm() {
-	local ready=$TMP/ready.$RANDOM
-	"$TINYVMM" --ready "$ready" --timeout 300 "$@" &
+	VMM_READY=$TMP/ready.$RANDOM
+	"$TINYVMM" --ready "$VMM_READY" --timeout 300 "$@" &
 	VMM_PID=$!
 	track "$VMM_PID"
-	wait_file "$ready" 20 || { echo "# tinyvmm $* did not get ready"; return 1; }
+	wait_file "$VMM_READY" 20 || { echo "# tinyvmm $* did not get ready"; return 1; }
 }
 
 MBGUEST=${MBGUEST:-$ROOT/build/mbguest.elf}

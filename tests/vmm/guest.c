@@ -18,6 +18,7 @@
  * with one cc command line.
  */
 #define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -136,19 +137,32 @@ static const uint8_t prot_code[] = {
  * An interrupt can only arrive on the hlt at 0x5f, so the handler knows
  * where to go back to: it drops the 12-byte frame and jumps to resume,
  * with IF clear, as the interrupt gate left it.
+ *
+ * Before it does, it looks at the saved EIP: the hlt's own address means
+ * the interrupt came before the hlt ran (nested under emulated SVM this
+ * was seen, sti's shadow notwithstanding), so that hlt never exited; the
+ * mailbox counts these for the VMM (guest_mbox.early).
  */
 #define TIMER_ISR	0x80
 #define SPURIOUS_ISR	0x8a
+#define RESUME		0x60
+#define LE32(x)		((x) & 0xff), (((x) >> 8) & 0xff), \
+			(((x) >> 16) & 0xff), ((x) >> 24)
 static const uint8_t isr_code[] = {
 	/* timer_isr: */
 	0xc7, 0x05, APIC_B(0x0b0),	/* 80 movl   $0,APIC_EOI */
 	0x00, 0x00, 0x00, 0x00,
 	/* spurious_isr: spurious vectors take no EOI */
-	0x83, 0xc4, 0x0c,		/* 8a add    $12,%esp */
-	0xeb, 0xd1,			/* 8d jmp    60 */
+	0x81, 0x3c, 0x24,		/* 8a cmpl   $resume,(%esp) */
+	LE32(GUEST_CODE + RESUME),
+	0x74, 0x03,			/* 91 je     96 */
+	0xff, 0x43, 0x1c,		/* 93 incl   28(%ebx)	early */
+	0x83, 0xc4, 0x0c,		/* 96 add    $12,%esp */
+	0xeb, 0xc5,			/* 99 jmp    60 */
 };
 
 _Static_assert(sizeof(prot_code) <= TIMER_ISR, "prot_code overlaps the ISR");
+_Static_assert(offsetof(struct guest_mbox, early) == 28, "isr_code's early");
 _Static_assert(sizeof(struct guest_mbox) == 64, "mailbox is 64 bytes");
 _Static_assert(GUEST_STACK + MAX_VCPUS * STACK_SIZE <= 0x8000, "stacks");
 _Static_assert(GUEST_MBOX + MAX_VCPUS * sizeof(struct guest_mbox) <=

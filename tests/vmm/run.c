@@ -188,9 +188,11 @@ static int guest_done(struct tinyvmm *t, struct vcpu *v)
 		return tv_fail("vm %u vcpu %u: guest made %llu port exits, expected %u",
 			       v->vm->index, v->index,
 			       (unsigned long long)v->port_exits, t->o.exits);
-	tv_log("vm %u vcpu %u: done, %llu port exits, %llu hlt exits",
+	v->early_wakes = guest_mbox(v)->early;
+	tv_log("vm %u vcpu %u: done, %llu port exits, %llu hlt exits, %llu early wakes",
 	       v->vm->index, v->index, (unsigned long long)v->port_exits,
-	       (unsigned long long)v->hlt_exits);
+	       (unsigned long long)v->hlt_exits,
+	       (unsigned long long)v->early_wakes);
 	reach_ready(t, v);
 	return 0;
 }

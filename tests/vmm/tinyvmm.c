@@ -397,6 +397,19 @@ static void print_stats_fds(FILE *f, struct tinyvmm *t)
 	fputc('\n', f);
 }
 
+/* Per vCPU, in the order of stats_fds: halts whose interrupt came first. */
+static void print_early_wakes(FILE *f, struct tinyvmm *t)
+{
+	unsigned int i, j;
+
+	fputs("early_wakes", f);
+	for (i = 0; i < t->nr_vms; i++)
+		for (j = 0; j < t->o.vcpus; j++)
+			fprintf(f, " %llu", (unsigned long long)
+				t->vms[i].vcpus[j].early_wakes);
+	fputc('\n', f);
+}
+
 /* Written to a temporary name and renamed, so a reader never sees half. */
 static int write_ready(struct tinyvmm *t)
 {
@@ -414,6 +427,7 @@ static int write_ready(struct tinyvmm *t)
 		t->o.vcpus, t->o.exits, t->o.pages, t->o.halts,
 		mode_names[t->o.mode], workload_names[t->o.workload],
 		t->o.irqchip);
+	print_early_wakes(f, t);
 	if (t->o.hold_stats)
 		print_stats_fds(f, t);
 	if (fclose(f) != 0) {

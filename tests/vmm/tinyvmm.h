@@ -68,7 +68,9 @@ struct guest_mbox {
 	uint32_t halts;		/* +16: hlt instructions */
 	uint32_t stop;		/* +20: enum guest_stop */
 	uint32_t timer;		/* +24: LAPIC one-shot count armed before each hlt */
-	uint32_t pad[9];
+	uint32_t early;		/* +28: set by the guest: interrupts taken before
+				 * their hlt ran (that hlt made no exit) */
+	uint32_t pad[8];
 };
 
 enum guest_mode { MODE_REAL, MODE_PROT };
@@ -88,6 +90,7 @@ struct vcpu {
 	/* Counted by the VMM itself, to cross-check KVM's counters. */
 	uint64_t port_exits;
 	uint64_t hlt_exits;
+	uint64_t early_wakes;	/* the guest's guest_mbox.early, summed */
 	uint64_t passes;
 	/* Demo state. */
 	uint64_t next_tick_ns;
