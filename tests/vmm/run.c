@@ -236,7 +236,7 @@ static int on_io(struct tinyvmm *t, struct vcpu *v)
 	}
 	if (run->io.port == DONE_PORT && out && t->o.workload == WL_HALT)
 		return guest_done(t, v);
-	return tv_fail("vm %u vcpu %u: unexpected %s port %#x", v->vm->index,
+	return tv_astray("vm %u vcpu %u: unexpected %s port %#x", v->vm->index,
 		       v->index, out ? "out to" : "in from", run->io.port);
 }
 
@@ -269,23 +269,23 @@ static int on_bad_exit(struct vcpu *v)
 
 	switch (run->exit_reason) {
 	case KVM_EXIT_SHUTDOWN:
-		return tv_fail("vm %u vcpu %u: guest shut down (triple fault) near rip %#llx",
+		return tv_astray("vm %u vcpu %u: guest shut down (triple fault) near rip %#llx",
 			       v->vm->index, v->index, rip);
 	case KVM_EXIT_FAIL_ENTRY:
-		return tv_fail("vm %u vcpu %u: KVM_RUN entry failed, reason %#llx",
+		return tv_astray("vm %u vcpu %u: KVM_RUN entry failed, reason %#llx",
 			       v->vm->index, v->index, (unsigned long long)
 			       run->fail_entry.hardware_entry_failure_reason);
 	case KVM_EXIT_INTERNAL_ERROR:
-		return tv_fail("vm %u vcpu %u: KVM internal error %u at rip %#llx",
+		return tv_astray("vm %u vcpu %u: KVM internal error %u at rip %#llx",
 			       v->vm->index, v->index, run->internal.suberror,
 			       rip);
 	case KVM_EXIT_MMIO:
-		return tv_fail("vm %u vcpu %u: unexpected MMIO %s %#llx at rip %#llx",
+		return tv_astray("vm %u vcpu %u: unexpected MMIO %s %#llx at rip %#llx",
 			       v->vm->index, v->index,
 			       run->mmio.is_write ? "write to" : "read from",
 			       (unsigned long long)run->mmio.phys_addr, rip);
 	}
-	return tv_fail("vm %u vcpu %u: unexpected exit reason %u at rip %#llx",
+	return tv_astray("vm %u vcpu %u: unexpected exit reason %u at rip %#llx",
 		       v->vm->index, v->index, run->exit_reason, rip);
 }
 

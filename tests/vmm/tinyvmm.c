@@ -29,22 +29,56 @@ struct tinyvmm tv;
 
 static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
 static char err_msg[512];
+static bool err_astray;
 
-/* Record the first error; every later one is a consequence of it. */
-int tv_fail(const char *fmt, ...)
+static void vfail(bool astray, const char *fmt, va_list ap)
 {
 	int saved = errno;
-	va_list ap;
 
 	pthread_mutex_lock(&err_lock);
 	if (!err_msg[0]) {
 		errno = saved;
-		va_start(ap, fmt);
 		vsnprintf(err_msg, sizeof(err_msg), fmt, ap);
-		va_end(ap);
+		err_astray = astray;
 	}
 	pthread_mutex_unlock(&err_lock);
+}
+
+/* Record the first error; every later one is a consequence of it. */
+int tv_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(false, fmt, ap);
+	va_end(ap);
 	return -1;
+}
+
+/* The same, for a guest that left its program (see tinyvmm.h). */
+int tv_astray(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(true, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* One line appended to $KVMSTATS_TEST_ASTRAY, when the runner set it. */
+static void report_astray(void)
+{
+	const char *path = getenv("KVMSTATS_TEST_ASTRAY");
+	FILE *f;
+
+	if (!err_astray || !path || !*path)
+		return;
+	f = fopen(path, "ae");
+	if (!f)
+		return;
+	fprintf(f, "tinyvmm pid %d: %s\n", getpid(), err_msg);
+	fclose(f);
 }
 
 /* One write per line, so lines from vCPU threads do not interleave. */
@@ -567,6 +601,7 @@ int main(int argc, char **argv)
 	if (r < 0 || atomic_load(&t->failed)) {
 		fprintf(stderr, "tinyvmm: %s\n", err_msg[0] ? err_msg :
 			"unknown error");
+		report_astray();
 		return 1;
 	}
 	return 0;
