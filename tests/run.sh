@@ -262,7 +262,8 @@ lab_items() {
 
 # lab_pass NAME WHAT: each of lab_items WHAT in a boot of its own, so that
 # a guest that stops (kvmlab's status 75: under emulation its kernel has
-# been seen to, running nested guests) or a nested guest that leaves its
+# been seen to stop, be reset or find its memory corrupted, running nested
+# guests) or a nested guest that leaves its
 # program (the inner runner's status 75, see below) costs one item: that
 # boot's output is void and a fresh boot runs the item again, once.
 lab_pass() {
@@ -276,7 +277,7 @@ lab_pass() {
 	for item in $(lab_items "$what"); do
 		VOID_RC=75 lab_boot "$name: $item" "$item" "${envs[@]}"
 		[ "$RUN_RC" = 75 ] || continue
-		echo "# $name: the lab's guest stopped, or a nested guest left its program, during $item: the lines above do not count; a fresh boot runs it again"
+		echo "# $name: emulation failed the lab during $item (status 75, why above): the lines above do not count; a fresh boot runs it again"
 		lab_boot "$name: $item (again)" "$item" "${envs[@]}"
 	done
 }
