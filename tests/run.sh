@@ -261,11 +261,10 @@ lab_items() {
 }
 
 # lab_pass NAME WHAT: each of lab_items WHAT in a boot of its own, so that
-# a guest that stops (kvmlab's status 75: under emulation its kernel has
-# been seen to stop, be reset or find its memory corrupted, running nested
-# guests) or a nested guest that leaves its
-# program (the inner runner's status 75, see below) costs one item: that
-# boot's output is void and a fresh boot runs the item again, once.
+# a lab that fails as a whole under emulation costs one item: its kernel
+# stops, is reset or finds its memory corrupted (kvmlab's status 75), or
+# a nested guest leaves its program (the inner runner's 75, see below).
+# That boot's output is void and a fresh boot runs the item again, once.
 lab_pass() {
 	local name=$1 what=$2 envs=() v var item
 	for v in $QEMU_VERSIONS; do
