@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the integration tests (sourced). Each test prints TAP
 # lines: "ok - NAME", "not ok - NAME: why", "ok - NAME # SKIP why";
 # tests/run.sh counts them.
@@ -47,8 +48,7 @@ trap cleanup EXIT
 
 # wait_file FILE [SECONDS]: wait until FILE exists.
 wait_file() {
-	local i
-	for i in $(seq $((${2:-10} * 10))); do
+	for _ in $(seq $((${2:-10} * 10))); do
 		[ -e "$1" ] && return 0
 		sleep 0.1
 	done
@@ -87,8 +87,7 @@ launch_qemu() {
 # wait_ready NAME PID [SECONDS]: wait (bounded, default 30 s) for READY on
 # the guest's serial port while QEMU lives.
 wait_ready() {
-	local i
-	for i in $(seq $((${3:-30} * 10))); do
+	for _ in $(seq $((${3:-30} * 10))); do
 		grep -q READY "$TMP/$1.serial" 2>/dev/null && return 0
 		kill -0 "$2" 2>/dev/null || break
 		sleep 0.1
@@ -143,8 +142,8 @@ without_kvm() {
 
 # free_port: a loopback TCP port nobody listens on (bounded tries).
 free_port() {
-	local p i
-	for i in $(seq 50); do
+	local p
+	for _ in $(seq 50); do
 		p=$((20000 + RANDOM % 20000))
 		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
 	done
@@ -167,7 +166,8 @@ qemu_version() {
 
 # qemu_at_least MAJOR.MINOR: is $QEMU that release or newer?
 qemu_at_least() {
-	local v=$(qemu_version) want=$1
+	local v want=$1
+	v=$(qemu_version)
 	[ -n "$v" ] && [ "$(printf '%s\n%s\n' "$want" "$v" | sort -V | head -1)" = "$want" ]
 }
 
@@ -188,7 +188,6 @@ qemu_path() { command -v "$QEMU"; }
 # LV_HOLDER, LV_NS and VIRSH; returns 1, with the daemon's last words,
 # when it did not start. LV_QEMU_CONF: more qemu.conf lines.
 libvirt_start() {
-	local i
 	LV=$TMP/lv
 	mkdir -p "$LV/etc"
 	cat >"$LV/etc/qemu.conf" <<-CONF
@@ -238,7 +237,7 @@ libvirt_start() {
 	LV_NS=(nsenter -t "$LV_HOLDER" -m --)
 	VIRSH=("${LV_NS[@]}" virsh -q -c qemu:///system)
 	LVD=
-	for i in $(seq $(slow 100)); do
+	for _ in $(seq "$(slow 100)"); do
 		[ -s "$LV/libvirtd.pid" ] && [ -z "$LVD" ] && LVD=$(cat "$LV/libvirtd.pid") &&
 			track "$LVD" && track "$(cat "$LV/virtlogd.pid")"
 		if [ -n "$LVD" ] && timeout "$(slow 5)" "${VIRSH[@]}" list >/dev/null 2>&1; then
@@ -259,7 +258,7 @@ libvirt_start() {
 # when it is stopped). Returns 1 ($LV/create.log says why) when it did
 # not start.
 libvirt_domain() {
-	local name=$1 vcpus=$2 cmdline=$3 devices=${4:-} i
+	local name=$1 vcpus=$2 cmdline=$3 devices=${4:-}
 	cat >"$LV/$name.xml" <<-XML
 		<domain type='kvm'>
 		  <name>$name</name>
@@ -280,11 +279,12 @@ libvirt_domain() {
 		</domain>
 	XML
 	LV_DOMS="${LV_DOMS:-} $name"
+	# shellcheck disable=SC2154 # d is the trap's own loop variable
 	trap 'for d in $LV_DOMS; do timeout 10 "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1; done; cleanup' EXIT
 	timeout 30 "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
 	DOM_PID=$("${LV_NS[@]}" cat "/run/libvirt/qemu/$name.pid")
 	track "$DOM_PID"
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		grep -q READY "$LV/$name.serial" 2>/dev/null && return 0
 		sleep 0.1
 	done

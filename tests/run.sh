@@ -32,7 +32,7 @@
 # again with the ASan+UBSan one; in the lab (everything 5-20x slower) once,
 # with the ASan+UBSan CLI, and the QEMU 10 pass uses the release one.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 LOG=$(mktemp -d /tmp/kvmstats-run.XXXXXX)
 passed=0 failed=0 skipped=0
@@ -81,7 +81,8 @@ watchdog() {
 # run NAME TIMEOUT CMD...: run a test program, stream its output, count it;
 # its status in RUN_RC. Not counted when the status is $VOID_RC.
 run() {
-	local name=$1 limit=$2 out=$LOG/$(echo "$1" | tr '/ :' '___').log rc t0 wd
+	local name=$1 limit=$2 out rc t0 wd
+	out=$LOG/$(echo "$1" | tr '/ :' '___').log
 	shift 2
 	echo "# --- $name"
 	t0=$SECONDS

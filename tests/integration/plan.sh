@@ -22,6 +22,7 @@
 #  - --region overrides, the table output.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu stock
+# shellcheck disable=SC2154 # launch sets PID_<name> (eval)
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan
@@ -91,9 +92,9 @@ guest_sha() {
 # migrate NAME: migrate to a pipe into /dev/null and print
 # "normal duplicate transferred" once it completed.
 migrate() {
-	local i r st
+	local r st
 	q "$1" '{"execute":"migrate","arguments":{"uri":"exec:cat > /dev/null"}}' >/dev/null
-	for i in $(seq 120); do
+	for _ in $(seq 120); do
 		r=$(q "$1" '{"execute":"query-migrate"}')
 		st=$(echo "$r" | jq -r '.return.status // empty' 2>/dev/null)
 		if [ "$st" = completed ]; then
