@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 LOG=$(mktemp -d /tmp/kvmstats-run.XXXXXX)
 passed=0 failed=0 skipped=0
-MODE=outer NPT=${NPT:-1} LAB_WHAT=all
+MODE=outer NPT=${NPT:-} LAB_WHAT=all
 QEMU_VERSIONS=${KVMSTATS_TEST_QEMUS:-system 10.0}
 
 while [ $# -gt 0 ]; do
@@ -266,8 +266,19 @@ lab_items() {
 # stops, is reset or finds its memory corrupted (kvmlab's status 75), or
 # a nested guest leaves its program (the inner runner's 75, see below).
 # That boot's output is void and a fresh boot runs the item again, once.
+#
+# Nested paging: the stock pass has it (npt=1), as hosts do. The pass of
+# every KVM test, where this machine has no KVM, runs on shadow paging
+# (npt=0): with emulated nested paging, lifecycle.sh's nested guests
+# corrupted the lab kernel's memory in 3 runs of 3 ("corrupted stack end
+# detected"), prom_rules_live's and record.sh's ran code never given to
+# them; on shadow paging they pass. --npt (make test-lab NPT=) chooses.
 lab_pass() {
 	local name=$1 what=$2 envs=() v var item
+	if [ -z "$NPT" ]; then
+		NPT=0
+		[ "$what" = stock ] && NPT=1
+	fi
 	for v in $QEMU_VERSIONS; do
 		[ "$v" = system ] && continue
 		qemu_wrapper "$v"
