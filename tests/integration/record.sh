@@ -9,6 +9,14 @@ require_kvm "record"
 
 # samples FILE: number of samples `replay --json` prints.
 samples() { "$KVMSTATS" replay --json "$1" 2>/dev/null | wc -l; }
+# wait_samples FILE N: wait (bounded, scaled) until FILE replays N samples.
+wait_samples() {
+	for _ in $(seq "$(slow 50)"); do
+		[ "$(samples "$1")" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
 
 # ---- a halted guest: every sample equals what dump reads --------------
 start_vmm --vms 2 --vcpus 2 --hold-stats --workload halt || { fail "tinyvmm (halt) started"; exit 1; }
@@ -189,10 +197,13 @@ check "each rotated file is small, whole, and replays alone" test $ok = 1
 "$KVMSTATS" record --pid "$RUN" --interval 0.05 --output "$TMP/hup.log" 2>"$TMP/hup.err" &
 rec=$!
 track $rec
-sleep 1
+# Each file gets its samples before the next step (the recorder is slow
+# to start under emulation: 6 samples in 1 s were seen in the lab).
+wait_samples "$TMP/hup.log" 10
 mv "$TMP/hup.log" "$TMP/hup.log.old"
 kill -HUP $rec
-sleep 1
+sleep 0.2
+wait_samples "$TMP/hup.log" 10
 kill -TERM $rec
 wait $rec
 check "record stops on SIGTERM with status 0" test $? = 0
