@@ -26,6 +26,12 @@ record_bg() {
 	R=$!
 	track $R
 	sleep 1
+	# It drops them at its start, the effective set last (one capset),
+	# which under emulation took longer than the second above.
+	for _ in $(seq "$(slow 50)"); do
+		[ "$(caps $R CapEff)" != "$(caps $$ CapEff)" ] && break
+		sleep 0.1
+	done
 }
 
 record_bg auto --duration 12
