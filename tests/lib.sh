@@ -46,14 +46,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_file FILE [SECONDS]: wait until FILE exists.
-wait_file() {
-	for _ in $(seq $((${2:-10} * 10))); do
-		[ -e "$1" ] && return 0
+# wait_until TRIES CMD...: run CMD every 0.1 s until it succeeds, at most
+# TRIES times; 1 if it never did.
+wait_until() {
+	local tries=$1
+	shift
+	for _ in $(seq "$tries"); do
+		"$@" && return 0
 		sleep 0.1
 	done
 	return 1
 }
+
+# wait_file FILE [SECONDS]: wait until FILE exists.
+wait_file() { wait_until $((${2:-10} * 10)) test -e "$1"; }
 
 # Start tinyvmm in the background with --ready; sets VMM_PID and VMM_READY
 # (its ready file).

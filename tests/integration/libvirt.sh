@@ -160,10 +160,8 @@ REC=$!
 track "$REC"
 t0=$(date +%s%N)
 sleep 1.5
-for _ in $(seq "$(slow 30)"); do
-	[ "$(wc -l <"$LV/rec.json")" -ge 3 ] && break
-	sleep 0.1
-done
+has_lines() { [ "$(wc -l <"$1")" -ge "$2" ]; }
+wait_until "$(slow 30)" has_lines "$LV/rec.json" 3
 kill -STOP "$LVD"
 t_stop=$(date +%s.%N)
 sleep 2.5

@@ -9,14 +9,9 @@ require_kvm "record"
 
 # samples FILE: number of samples `replay --json` prints.
 samples() { "$KVMSTATS" replay --json "$1" 2>/dev/null | wc -l; }
+has_samples() { [ "$(samples "$1")" -ge "$2" ]; }
 # wait_samples FILE N: wait (bounded, scaled) until FILE replays N samples.
-wait_samples() {
-	for _ in $(seq "$(slow 50)"); do
-		[ "$(samples "$1")" -ge "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
+wait_samples() { wait_until "$(slow 50)" has_samples "$@"; }
 
 # ---- a halted guest: every sample equals what dump reads --------------
 start_vmm --vms 2 --vcpus 2 --hold-stats --workload halt || { fail "tinyvmm (halt) started"; exit 1; }

@@ -16,6 +16,8 @@ fi
 
 # caps PID FIELD: a line of /proc/PID/status.
 caps() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+# caps_dropped PID: its effective set is no longer the test's own.
+caps_dropped() { [ "$(caps "$1" CapEff)" != "$(caps $$ CapEff)" ]; }
 
 # record_bg NAME ARGS...: record in the background; sets R.
 record_bg() {
@@ -28,10 +30,7 @@ record_bg() {
 	sleep 1
 	# It drops them at its start, the effective set last (one capset),
 	# which under emulation took longer than the second above.
-	for _ in $(seq "$(slow 50)"); do
-		[ "$(caps $R CapEff)" != "$(caps $$ CapEff)" ] && break
-		sleep 0.1
-	done
+	wait_until "$(slow 50)" caps_dropped "$R"
 }
 
 record_bg auto --duration 12
