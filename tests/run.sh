@@ -274,7 +274,7 @@ lab_items() {
 # detected"), prom_rules_live's and record.sh's ran code never given to
 # them; on shadow paging they pass. --npt (make test-lab NPT=) chooses.
 lab_pass() {
-	local name=$1 what=$2 envs=() v var item
+	local name=$1 what=$2 envs=() v var item NPT=$NPT	# lab_boot reads it
 	if [ -z "$NPT" ]; then
 		NPT=0
 		[ "$what" = stock ] && NPT=1
