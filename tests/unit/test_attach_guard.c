@@ -134,6 +134,15 @@ static long tracer_of(pid_t pid, pid_t tid)
 	return p ? strtol(p + 10, NULL, 10) : -1;
 }
 
+/* @pid's tracer once it has none, or after @ms: a tracer that exits
+ * lets its tracees go a moment after its join returned (see below). */
+static long tracer_after(pid_t pid, int ms)
+{
+	for (int i = 0; i < ms / 5 && tracer_of(pid, pid) != 0; i++)
+		usleep(5000);
+	return tracer_of(pid, pid);
+}
+
 /* Wait (bounded) for a byte on @fd; true when it came. */
 static bool byte_within(int fd, int ms)
 {
@@ -196,9 +205,7 @@ static void test_hold_deadline(void **state)
 	 * returns once its tid is cleared, which the kernel's exit does
 	 * before it lets the tracees go (exit_mm, then exit_notify): give
 	 * the rest of that exit a moment, seen to take ms under emulation. */
-	for (int i = 0; i < 200 && tracer_of(pid, pid) != 0; i++)
-		usleep(5000);
-	assert_int_equal(tracer_of(pid, pid), 0);
+	assert_int_equal(tracer_after(pid, 1000), 0);
 	/* Out of vfork, it goes on: never stopped for us. */
 	assert_true(byte_within(out[0], 5000));
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -381,9 +388,7 @@ static void test_stuck_call(void **state)
 	/* The vCPU thread leaves KVM_RUN: the mutex is free, the call ends,
 	 * and the tracer closes what it made and lets the thread go. */
 	assert_int_equal(syscall(SYS_tgkill, h.pid, h.vcpu_tid, SIGUSR1), 0);
-	for (int i = 0; i < 300 && tracer_of(h.pid, h.pid) != 0; i++)
-		usleep(10000);
-	assert_int_equal(tracer_of(h.pid, h.pid), 0);
+	assert_int_equal(tracer_after(h.pid, 3000), 0);
 	assert_int_equal(stats_fds(h.pid), 0);
 	/* And its read() goes on as if nothing happened. */
 	c = 'q';
