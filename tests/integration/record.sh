@@ -77,8 +77,14 @@ check "the first dump's counters never exceed a sample's, the last dump's never 
 	'. as $s | all($s[0] | keys[] | select(test("exits$")); . as $n |
 	 $s[0][$n] <= $s[1][$n] and $s[50][$n] <= $s[51][$n])' "$TMP/run.flat"
 "$KVMSTATS" replay --json --rates "$TMP/run.log" >"$TMP/rates.json"
-check "replay --rates: exit rates of a running guest are positive" jq -s -e \
-	'.[1:] | all(.[]; .interval > 0.05 and .vms[0].vcpus[0].rates.exits > 0)' "$TMP/rates.json"
+# Each rate is its counter's change over the interval between the two
+# samples (not "positive": a guest under emulation on a loaded machine
+# need not run in every 0.1 s, and the test does not control that).
+check "replay --rates: each exit rate is the counter's change over its interval" jq -s -e \
+	'. as $s | all(range(1; $s | length); . as $i | $s[$i].interval > 0.05 and
+	 ($s[$i].vms[0].vcpus[0] | .rates.exits >= 0 and
+	  (.rates.exits * $s[$i].interval - (.stats.exits - $s[$i - 1].vms[0].vcpus[0].stats.exits) | fabs) < 0.01))' \
+	"$TMP/rates.json"
 "$KVMSTATS" replay "$TMP/run.log" >"$TMP/run.table"
 check "replay table: a header and 50 lines" test "$(grep -c '^[0-9]' "$TMP/run.table")" = 50
 "$KVMSTATS" replay --csv "$TMP/run.log" >"$TMP/run.csv"
@@ -235,8 +241,12 @@ check "record --log exits 0" test $? = 0
 check "45 lines of rates (the first reading has none)" test "$(grep -c '^[0-9]' "$TMP/text")" = 45
 check "the header repeats every 20 lines" test "$(grep -n '^time' "$TMP/text" | cut -d: -f1 | tr '\n' ' ')" = "1 22 43 "
 check "--fields chose the exit counters" test "$(head -1 "$TMP/text" | tr -s ' ' '\n' | grep -vc 'exits$\|^time$')" = 0
-check "exit rates are positive" awk 'NR == 2 { for (i = 1; i <= NF; i++) if (h[i] == "exits" && $i > 0) ok = 1 }
-	NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i } END { exit !ok }' "$TMP/text"
+# (a rate over 20 ms of a guest the test does not pace may be 0: the
+# rates are checked against the kernel's counters above, here their form)
+check "every exit rate is a number, never negative" awk '
+	NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i; next }
+	/^[0-9]/ { n++; for (i = 2; i <= NF; i++) if (h[i] ~ /exits$/ && $i !~ /^[0-9]+(\.[0-9]+)?[kMG]?$/) bad = 1 }
+	END { exit bad || n != 45 }' "$TMP/text"
 # --skip-zero keeps the stats counted so far and drops those still at 0
 # (which they are depends on the KVM: kvm_pvm never counts io_exits, a
 # stock KVM does): the kernel's fds, read before and after, say which.
