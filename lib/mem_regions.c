@@ -781,7 +781,9 @@ struct kvmstats_ram *kvmstats_ram__open(pid_t pid,
 		goto err;
 	}
 	err = find_ram(ram, &o);
-	if (err == -ESRCH || (!err && !ks_pidfd_alive(ram->pidfd))) {
+	/* A VMM that exits while we ask it (its QMP socket closes under
+	 * us) failed because it exited: say that, not the socket's error. */
+	if (err == -ESRCH || !ks_pidfd_alive(ram->pidfd)) {
 		err = -ESRCH;
 		ks_err(o.errbuf, o.errbuf_sz, "pid %d exited", (int)pid);
 	}

@@ -239,7 +239,12 @@ start=$(date +%s)
 "$KVMSTATS" plan --pid "$PID_victim" --pid "$PID_anon" --method scan --interval 0 \
 	--rate 40 --json >"$TMP/exit.json" 2>"$TMP/exit.err" &
 plan_pid=$!
-sleep 1.5
+# Killed once the plan holds it (a pidfd of the victim among its fds),
+# not after a fixed time: on a loaded machine under emulation the plan
+# may still be starting after 1.5 s.
+holds_victim() { grep -qsx "Pid:[[:space:]]*$PID_victim" /proc/"$plan_pid"/fdinfo/*; }
+wait_until "$(slow 100)" holds_victim || echo "# the plan never held the victim's pidfd"
+sleep 0.5
 kill -TERM "$PID_victim"
 rc=124
 for _ in $(seq 300); do
