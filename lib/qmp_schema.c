@@ -358,6 +358,45 @@ static struct kvmstats_schema *prefer_kernel(struct kvmstats_ctx *ctx,
 	return ks;
 }
 
+/* ---- what a result costs ------------------------------------------------ */
+
+/* What json-c builds for one target's query-stats result (qmp.c's
+ * estimate, with room): its object, its list, provider and qom-path;
+ * then each stat's object and name, and each value. */
+#define COST_TARGET 4096u
+#define COST_STAT 1200u
+#define COST_VALUE 100u
+
+size_t ks_qmp_cost_of_schema(const struct kvmstats_schema *sc)
+{
+	if (!sc)
+		return COST_TARGET;
+	return COST_TARGET + kvmstats_schema__num_stats(sc) * (size_t)COST_STAT +
+	       kvmstats_schema__data_size(sc) / 8 * COST_VALUE;
+}
+
+size_t ks_qmp_cost_of_list(struct json_object *list)
+{
+	size_t n = json_object_is_type(list, json_type_array) ?
+			   json_object_array_length(list) : 0, words = 0;
+
+	if (n > QMP_MAX_DESCS)
+		n = QMP_MAX_DESCS;
+	/* Histogram sizes come with the values: the most kept. */
+	for (size_t i = 0; i < n; i++) {
+		int type = word(ks_json_str(json_object_array_get_idx(list, i),
+					    "type"), qmp_types,
+				ARRAY_SIZE(qmp_types));
+
+		words += type == KVMSTATS_TYPE_LINEAR_HIST ||
+				 type == KVMSTATS_TYPE_LOG_HIST ?
+				 QMP_MAX_BUCKETS : 1;
+	}
+	if (words > QMP_MAX_DATA / 8)
+		words = QMP_MAX_DATA / 8;
+	return COST_TARGET + n * COST_STAT + words * COST_VALUE;
+}
+
 /* ---- snapshots ---------------------------------------------------------- */
 
 int ks_snap_alloc(struct snap *s, const struct kvmstats_schema *sc)
