@@ -49,11 +49,12 @@
  * estimated from its raw bytes before they are handed over, by element
  * (measured with json-c 0.16 on x86-64: an empty object takes about
  * 790 bytes, an array 150, a number 72), and a message past its budget
- * is refused. No more than QMP_MAX_COST whatever the caller asks. */
+ * is refused. No more than QMP_MAX_COST whatever the caller asks: a
+ * real query-stats of 1024 x86 vCPUs takes 55 MB. */
 #define QMP_COST_OBJECT 800u
 #define QMP_COST_ARRAY 160u
 #define QMP_COST_SCALAR 80u
-#define QMP_MAX_COST (128u << 20)
+#define QMP_MAX_COST (64u << 20)
 /* QMP nests 6 deep (query-stats: return, results, result, stats, stat,
  * histogram); json-c's default is 32. */
 #define QMP_MAX_DEPTH 16

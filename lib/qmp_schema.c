@@ -367,14 +367,6 @@ static struct kvmstats_schema *prefer_kernel(struct kvmstats_ctx *ctx,
 #define COST_STAT 1200u
 #define COST_VALUE 100u
 
-size_t ks_qmp_cost_of_schema(const struct kvmstats_schema *sc)
-{
-	if (!sc)
-		return COST_TARGET;
-	return COST_TARGET + kvmstats_schema__num_stats(sc) * (size_t)COST_STAT +
-	       kvmstats_schema__data_size(sc) / 8 * COST_VALUE;
-}
-
 size_t ks_qmp_cost_of_list(struct json_object *list)
 {
 	size_t n = json_object_is_type(list, json_type_array) ?

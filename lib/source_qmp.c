@@ -750,9 +750,8 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	err = make_schemas(a, m, schemas, vm, vcpu);
 	if (err)
 		goto out;
-	/* From here on, what the schemas kept. */
-	m->vm_cost = ks_qmp_cost_of_schema(m->vm_schema);
-	m->vcpu_cost = ks_qmp_cost_of_schema(m->vcpu_schema);
+	/* The polls keep the costs the descriptors allow: a monitor that
+	 * sends values of stats left out is read on, within them. */
 	m->cpus.limit = vcpu_limit(m);
 	pthread_mutex_lock(&m->lock);
 	err = publish(m, vm, vcpu, cpus);

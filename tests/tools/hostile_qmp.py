@@ -21,6 +21,20 @@
       connects to it by name, sometimes connects to VICTIM. It stops
       swapping after 120 s.
 
+  hostile_qmp.py plain NVCPUS READY ARGS...
+      a well-behaved monitor (the vCPUs it holds, stable) on the socket
+      $HQ_SOCK, whatever else its command line says (a megabyte of -mon
+      and -chardev).
+  hostile_qmp.py hist NVCPUS READY ARGS...
+      on $HQ_SOCK, a vCPU schema of two linear histograms of 65535
+      buckets, with values for the first vCPU only, beside one bad
+      descriptor of each kind (a linear histogram without bucket-size,
+      a name listed twice, an out-of-range exponent) and good stats
+      (exits, halt_wait_hist).
+  hostile_qmp.py arrays NVCPUS READY ARGS...
+      on $HQ_SOCK, a query-stats of the vCPUs whose value is
+      "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
+
 Run it as `exec -a qemu-system-x86_64 python3 hostile_qmp.py ...` so that
 its argv[0] looks like QEMU's. READY is created once the VM exists.
 """
@@ -95,6 +109,9 @@ class Monitor:
             return {"base-memory": 1 << 30}
         return {}
 
+    def raw(self, cmd):
+        return None
+
     def serve(self, conn):
         conn.sendall(b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
                      b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
@@ -112,11 +129,85 @@ class Monitor:
                 except ValueError:
                     break
                 text = text[end:].lstrip()
+                raw = self.raw(cmd)
+                if raw is not None:
+                    conn.sendall(raw)
+                    continue
                 reply = {"return": self.answer(cmd)}
                 if "id" in cmd:
                     reply["id"] = cmd["id"]
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             buf = text.encode()
+
+
+class Plain(Monitor):
+    def __init__(self, nvcpus):
+        super().__init__()
+        self.cpus = ["/machine/unattached/device[%d]" % i for i in range(nvcpus)]
+
+    def vcpu_stats(self):
+        self.polls += 1
+        return [{"provider": "kvm", "qom-path": p, "stats": [
+            {"name": "exits", "value": self.polls},
+            {"name": "halt_wait_hist", "value": [self.polls] * 32}]}
+            for p in self.cpus]
+
+    def cpus_fast(self):
+        return [{"qom-path": p, "cpu-index": i, "thread-id": os.getpid()}
+                for i, p in enumerate(self.cpus)]
+
+
+HIST_BUCKETS = 65535
+HIST_SCHEMAS = [SCHEMAS[0], {"provider": "kvm", "target": "vcpu", "stats": [
+    {"name": "exits", "type": "cumulative"},
+    {"name": "halt_wait_hist", "type": "log2-histogram", "unit": "seconds",
+     "exponent": -9, "base": 10},
+    {"name": "big_a", "type": "linear-histogram", "bucket-size": 1},
+    {"name": "big_b", "type": "linear-histogram", "bucket-size": 1},
+    {"name": "bad_linear", "type": "linear-histogram"},
+    {"name": "exits", "type": "instant"},
+    {"name": "bad_exponent", "type": "cumulative", "unit": "seconds",
+     "exponent": 7},
+    {"name": "io_exits", "type": "cumulative"}]}]
+
+
+class Hist(Plain):
+    def answer(self, cmd):
+        if cmd.get("execute") == "query-stats-schemas":
+            return HIST_SCHEMAS
+        return super().answer(cmd)
+
+    def vcpu_stats(self):
+        self.polls += 1
+        big = [self.polls] * HIST_BUCKETS
+        out = []
+        for i, p in enumerate(self.cpus):
+            st = [{"name": "exits", "value": 1000 + i},
+                  {"name": "io_exits", "value": 7}]
+            if not i:
+                st += [{"name": "halt_wait_hist", "value": [1] * 32},
+                       {"name": "big_a", "value": big},
+                       {"name": "big_b", "value": big},
+                       {"name": "bad_linear", "value": [1] * 4},
+                       {"name": "bad_exponent", "value": 1}]
+            out.append({"provider": "kvm", "qom-path": p, "stats": st})
+        return out
+
+
+class Arrays(Plain):
+    def __init__(self, nvcpus):
+        super().__init__(nvcpus)
+        n = max(1, (int(os.environ.get("HQ_BYTES", "17800000")) - 200) // 3)
+        self.blob = ("[" + ",".join(["[]"] * n) + "]").encode()
+
+    def raw(self, cmd):
+        args = cmd.get("arguments") or {}
+        if cmd.get("execute") != "query-stats" or args.get("target") != "vcpu":
+            return None
+        return (b'{"return": [{"provider": "kvm", "qom-path": "' +
+                self.cpus[0].encode() + b'", "stats": [{"name": "exits", '
+                b'"value": ' + self.blob + b'}]}], "id": ' +
+                json.dumps(cmd.get("id")).encode() + b'}\n')
 
 
 def swap_forever(path, victim):
@@ -146,7 +237,7 @@ def main():
         drop_to_nobody()
         while True:
             time.sleep(3600)
-    path = sys.argv[5][len("unix:"):].split(",")[0]
+    path = os.environ.get("HQ_SOCK") or sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
     sock.listen(1)
@@ -157,7 +248,8 @@ def main():
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
                          daemon=True).start()
-    mon = Monitor()
+    mon = {"plain": Plain, "hist": Hist, "arrays": Arrays}.get(
+        mode, lambda n: Monitor())(nvcpus)
     while True:
         conn, _ = sock.accept()
         if mode == "swap":
