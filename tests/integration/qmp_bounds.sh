@@ -117,6 +117,33 @@ else
 fi
 kill "$S" "$H"
 
+# ---- the exporter's share per VMM -----------------------------------------------
+# Eight 256-bucket histograms per vCPU (2064 samples each, a schema's
+# most): past 4096 samples and 512 per vCPU, the VMM's series are cut
+# and counted.
+HQ_WIDE=1 hostile hist 4 "$TMP/wide.sock" -qmp "unix:$TMP/wide.sock,server=on" || { fail "qmp_bounds: wide starts"; exit 0; }
+W=$HPID
+rm -f "$TMP/w.ready"
+"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/w.ready" --pid "$W" --source qmp 2>"$TMP/w.err" &
+S=$!
+track "$S"
+if wait_file "$TMP/w.ready" "$(slow 20)"; then
+	for i in $(seq $(slow 20)); do
+		curl -s -m "$(slow 10)" "http://$(cat "$TMP/w.ready")/metrics" >"$TMP/w.txt"
+		grep -q '^kvm_vcpu_wide' "$TMP/w.txt" && break
+		sleep 0.5
+	done
+	cut=$(awk '/^kvmstats_series_cut / {print $2}' "$TMP/w.txt")
+	lines=$(grep -c '^kvm_' "$TMP/w.txt")
+	echo "# serve: 4 vCPUs of eight 256-bucket histograms: $lines samples, $cut series cut"
+	[ "${cut:-0}" -gt 0 ] && [ "$lines" -le $((4096 + 4 * 512)) ] && [ "$lines" -gt 4096 ] &&
+		pass "qmp_bounds: serve cuts a VMM's series past its share ($lines samples for 4 vCPUs, kvmstats_series_cut $cut)" ||
+		fail "qmp_bounds: serve cuts a VMM's series past its share" "$lines samples, cut '$cut': $(head -c 300 "$TMP/w.err")"
+else
+	fail "qmp_bounds: serve starts (wide)" "$(head -c 300 "$TMP/w.err")"
+fi
+kill "$S" "$W"
+
 # ---- "[[],[],...]" within the byte budget ----------------------------------------
 HQ_BYTES=17800000 hostile arrays 1024 "$TMP/arr.sock" -qmp "unix:$TMP/arr.sock,server=on" ||
 	{ fail "qmp_bounds: arrays starts"; exit 0; }

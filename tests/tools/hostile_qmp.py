@@ -30,7 +30,8 @@
       buckets, with values for the first vCPU only, beside one bad
       descriptor of each kind (a linear histogram without bucket-size,
       a name listed twice, an out-of-range exponent) and good stats
-      (exits, halt_wait_hist).
+      (exits, halt_wait_hist). With $HQ_WIDE=1: eight 256-bucket
+      histograms per vCPU instead.
   hostile_qmp.py arrays NVCPUS READY ARGS...
       on $HQ_SOCK, a query-stats of the vCPUs whose value is
       "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
@@ -171,13 +172,28 @@ HIST_SCHEMAS = [SCHEMAS[0], {"provider": "kvm", "target": "vcpu", "stats": [
     {"name": "io_exits", "type": "cumulative"}]}]
 
 
+WIDE = 8
+WIDE_SCHEMAS = [SCHEMAS[0], {"provider": "kvm", "target": "vcpu", "stats": [
+    {"name": "exits", "type": "cumulative"}] + [
+    {"name": "wide_%d" % i, "type": "log2-histogram"} for i in range(WIDE)]}]
+
+
 class Hist(Plain):
+    """With $HQ_WIDE: eight 256-bucket histograms per vCPU instead, every
+    one kept (the most a schema may hold), for the exporter's cap."""
+    wide = bool(os.environ.get("HQ_WIDE"))
+
     def answer(self, cmd):
         if cmd.get("execute") == "query-stats-schemas":
-            return HIST_SCHEMAS
+            return WIDE_SCHEMAS if self.wide else HIST_SCHEMAS
         return super().answer(cmd)
 
     def vcpu_stats(self):
+        if self.wide:
+            return [{"provider": "kvm", "qom-path": p, "stats": [
+                {"name": "exits", "value": i}] + [
+                {"name": "wide_%d" % k, "value": [1] * 256} for k in range(WIDE)]}
+                for i, p in enumerate(self.cpus)]
         self.polls += 1
         big = [self.polls] * HIST_BUCKETS
         out = []
