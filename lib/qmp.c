@@ -55,6 +55,7 @@
 #define QMP_COST_ARRAY 160u
 #define QMP_COST_SCALAR 80u
 #define QMP_MAX_COST (64u << 20)
+#define QMP_DEFAULT_COST (8u << 20)
 /* QMP nests 6 deep (query-stats: return, results, result, stats, stat,
  * histogram); json-c's default is 32. */
 #define QMP_MAX_DEPTH 16
@@ -561,6 +562,9 @@ static struct ks_qmp *qmp_new(void)
 	q->fd = -1;
 	q->cancel_fd = -1;
 	ks_qmp_set_max_msg(q, QMP_MAX_MSG);
+	/* The greeting and qmp_capabilities are small; callers set what
+	 * their commands' answers may take. */
+	q->max_cost = QMP_DEFAULT_COST;
 	/* Ids nobody else uses: an answer meant for another client (one
 	 * that left while its command ran) is never taken for ours. */
 	if (getrandom(&q->next_id, sizeof(q->next_id), GRND_NONBLOCK) !=

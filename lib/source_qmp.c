@@ -154,20 +154,24 @@ static struct json_object *stats_args(const char *target)
 	return a;
 }
 
-/* The snapshots of one VMM's vCPUs take at most this much: a schema
- * of a monitor's may be 16 KiB (qmp_schema.c), an x86 vCPU's is 1.1. */
-#define QMP_MAX_SNAPS (16u << 20)
+/* What one VMM's vCPUs may hold, four copies of a data block each (the
+ * poller's snapshot, a reader's current and previous samples, one
+ * more for the application): a schema of a monitor's may have 16 KiB
+ * of data (qmp_schema.c), so 512 vCPUs of those; an x86 vCPU's is
+ * 1.1 KiB, so more than any VM has. */
+#define QMP_MAX_VCPU_BYTES (32u << 20)
+#define QMP_COPIES 4u
 
 /* The vCPUs kept: no more than the VMM's vCPU fds (none has more
- * vCPUs), and no more than QMP_MAX_SNAPS of snapshots. */
+ * vCPUs), and no more than QMP_MAX_VCPU_BYTES of their data. */
 static unsigned int vcpu_limit(const struct qmp_vmm *m)
 {
 	unsigned int n = ks_qmp_vcpu_fds(m->pid);
 	size_t per = m->vcpu_schema ?
-			     kvmstats_schema__data_size(m->vcpu_schema) + 64 : 0;
+			     QMP_COPIES * (kvmstats_schema__data_size(m->vcpu_schema) + 64) : 0;
 
-	if (per && n > QMP_MAX_SNAPS / per)
-		n = (unsigned int)(QMP_MAX_SNAPS / per);
+	if (per && n > QMP_MAX_VCPU_BYTES / per)
+		n = (unsigned int)(QMP_MAX_VCPU_BYTES / per);
 	return n;
 }
 
@@ -218,7 +222,8 @@ static size_t max_answer(unsigned int vcpus)
 
 /* What json-c may build for one answer: the VM's result, or one result
  * per vCPU the VMM can have, as their schemas say (query-cpus-fast's
- * entry takes about 2.5 KiB), and 1 MiB for the rest. Bytes alone do
+ * entry takes about 2.5 KiB), and 8 MiB for the rest (half a MiB of
+ * JSON, as the bytes' budget allows for the rest too). Bytes alone do
  * not bound it: "[[],[],...]" takes 50 times its size. */
 static void set_limits(struct ks_qmp *q, const struct qmp_vmm *m,
 		       unsigned int vcpus)
@@ -227,7 +232,7 @@ static void set_limits(struct ks_qmp *q, const struct qmp_vmm *m,
 	size_t all = per * vcpus;
 
 	ks_qmp_set_max_msg(q, max_answer(vcpus));
-	ks_qmp_set_max_cost(q, (1u << 20) + (all > m->vm_cost ? all : m->vm_cost));
+	ks_qmp_set_max_cost(q, (8u << 20) + (all > m->vm_cost ? all : m->vm_cost));
 }
 
 /* Record a failed poll. Lock held. */

@@ -253,6 +253,9 @@ def main():
         drop_to_nobody()
         while True:
             time.sleep(3600)
+    # Ready only once it can answer at once (Arrays builds its reply).
+    mon = {"plain": Plain, "hist": Hist, "arrays": Arrays}.get(
+        mode, lambda n: Monitor())(nvcpus)
     path = os.environ.get("HQ_SOCK") or sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
@@ -264,8 +267,6 @@ def main():
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
                          daemon=True).start()
-    mon = {"plain": Plain, "hist": Hist, "arrays": Arrays}.get(
-        mode, lambda n: Monitor())(nvcpus)
     while True:
         conn, _ = sock.accept()
         if mode == "swap":
