@@ -29,6 +29,11 @@ struct opt {
  * holds. */
 static void opt_scan(const char *s, struct opt *o, size_t n)
 {
+	size_t klen_of[8];
+
+	for (size_t i = 0; i < n && i < ARRAY_SIZE(klen_of); i++)
+		klen_of[i] = strlen(o[i].key);
+	n = n < ARRAY_SIZE(klen_of) ? n : ARRAY_SIZE(klen_of);
 	for (bool first = true; *s; first = false) {
 		const char *start = s, *eq = NULL;
 		size_t klen;
@@ -46,7 +51,7 @@ static void opt_scan(const char *s, struct opt *o, size_t n)
 			if (!*o[i].key && first && !eq) {
 				o[i].v = start;
 				o[i].len = (size_t)(s - start);
-			} else if (*o[i].key && strlen(o[i].key) == klen &&
+			} else if (klen_of[i] && klen_of[i] == klen &&
 				   !memcmp(start, o[i].key, klen)) {
 				o[i].v = eq ? eq + 1 : "on";
 				o[i].len = eq ? (size_t)(s - eq - 1) : 2;
