@@ -39,6 +39,13 @@ hostile() {
 	wait_file "$ready" "$(slow 30)" || { echo "# hostile_qmp.py $mode did not start"; sed 's/^/# /' "$TMP/$mode.log"; return 1; }
 }
 
+# monitor_free SOCK: the monitor at SOCK serves nobody (a connection it
+# accepted is listed connected with SOCK's path), for up to 10 s: it
+# serves one client at a time, and a kvmstats that just left may still
+# be being read to its end.
+not_busy() { ! awk -v p="$1" '$6 == "03" && $8 == p' /proc/net/unix | grep -q .; }
+monitor_free() { wait_until "$(slow 100)" not_busy "$1"; }
+
 # peak_kb FILE: the peak RSS /usr/bin/time -f %M wrote last in FILE.
 peak_kb() { tail -1 "$1" | tr -dc 0-9; }
 
@@ -93,12 +100,14 @@ grep -q "5 stats left out (first: " "$TMP/h.err" &&
 	pass "qmp_bounds: a warning says how many stats were left out and the first reason ($(grep -o '5 stats left out.*' "$TMP/h.err" | head -1))" ||
 	fail "qmp_bounds: a warning says what was left out" "$(head -c 300 "$TMP/h.err")"
 rm -f "$TMP/s.ready"
+monitor_free "$TMP/hist.sock"
 "$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/s.ready" --pid "$H" --source qmp 2>"$TMP/s.err" &
 S=$!
 track "$S"
 if wait_file "$TMP/s.ready" "$(slow 20)"; then
-	# The first scrapes may come before the VMM is open: up to 10 s.
-	for i in $(seq $(slow 20)); do
+	# The first scrapes may come before the VMM is open: up to 20 s
+	# (serve opens it again 2 s after a failure, then 6 s, ...).
+	for i in $(seq $(slow 40)); do
 		curl -s -m "$(slow 10)" "http://$(cat "$TMP/s.ready")/metrics" >"$TMP/m1.txt"
 		grep -q '^kvm_vcpu_exits' "$TMP/m1.txt" && break
 		sleep 0.5
