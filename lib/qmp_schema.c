@@ -195,7 +195,7 @@ static bool to_desc(struct json_object *e, struct json_object *values,
 	struct json_object *v;
 	long long bsz = 0;
 	size_t size;
-	int type;
+	int type = 0;
 
 	d->name = ks_json_str(e, "name");
 	if (!stat_name(d->name))
