@@ -46,6 +46,21 @@ hostile() {
 not_busy() { ! awk -v p="$1" '$6 == "03" && $8 == p' /proc/net/unix | grep -q .; }
 monitor_free() { wait_until "$(slow 100)" not_busy "$1"; }
 
+# free_run SOCK ERR CMD...: CMD (its stderr to ERR) once the monitor at
+# SOCK is free; again (three times at most) if it found it busy: another
+# kvmstats on this host may read our fake VMMs too.
+free_run() {
+	local sock=$1 err=$2 rc
+	shift 2
+	for _ in 1 2 3; do
+		monitor_free "$sock"
+		"$@" 2>"$err"
+		rc=$?
+		grep -q "is busy" "$err" || break
+	done
+	return $rc
+}
+
 # peak_kb FILE: the peak RSS /usr/bin/time -f %M wrote last in FILE.
 peak_kb() { tail -1 "$1" | tr -dc 0-9; }
 
@@ -59,20 +74,20 @@ hostile plain 1 "$TMP/real.sock" "${args[@]}" || { fail "qmp_bounds: plain start
 P=$HPID
 bytes=$(wc -c </proc/$P/cmdline)
 "$KVMSTATS" list --pid "$P" --json >/dev/null 2>&1	# warm: page cache, /proc
-t0=$(date +%s%N)
-"$KVMSTATS" list --pid "$P" --json >"$TMP/l.json" 2>"$TMP/l.err"
+# CPU time (user + system), not wall time: other work on the machine
+# does not count. 0.5 s in a release build (it takes about 55 ms; 10.1 s
+# before); ASan gets four times as much.
+/usr/bin/time -f "%U %S" -o "$TMP/l.time" "$KVMSTATS" list --pid "$P" --json >"$TMP/l.json" 2>"$TMP/l.err"
 rc=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
-# 0.5 s in a release build (it takes a few ms); ASan and a loaded CI
-# machine get four times as much, still far below the 10.75 s it took.
+ms=$(awk '{ printf "%d", ($1 + $2) * 1000 }' "$TMP/l.time" | tail -1)
 bound=500
 [ $ASAN = 1 ] && bound=2000
 bound=$(slow $bound)
-echo "# list of a VMM with a $bytes-byte command line: $ms ms (bound $bound ms)"
+echo "# list of a VMM with a $bytes-byte command line: $ms ms of CPU (bound $bound ms)"
 [ $rc = 0 ] && [ "$ms" -le "$bound" ] && jq -e '.[0].sources | index("qmp") != null' "$TMP/l.json" >/dev/null &&
-	pass "qmp_bounds: list reads a $bytes-byte command line of 1000 -mon and 1000 -chardev in $ms ms, and offers qmp" ||
+	pass "qmp_bounds: list reads a $bytes-byte command line of 1000 -mon and 1000 -chardev in $ms ms of CPU, and offers qmp" ||
 	fail "qmp_bounds: list reads the command line in linear time" "rc $rc, $ms ms: $(head -c 300 "$TMP/l.json" "$TMP/l.err")"
-"$KVMSTATS" dump --pid "$P" --source qmp --json >"$TMP/p.json" 2>"$TMP/p.err"
+free_run "$TMP/real.sock" "$TMP/p.err" "$KVMSTATS" dump --pid "$P" --source qmp --json >"$TMP/p.json"
 jq -e '.vms[0].vcpus[0].stats.exits >= 1' "$TMP/p.json" >/dev/null &&
 	pass "qmp_bounds: the monitor at the end of that command line is found and read" ||
 	fail "qmp_bounds: the monitor at the end of that command line is found" "$(head -c 300 "$TMP/p.err")"
@@ -81,8 +96,8 @@ kill "$P"
 # ---- 65535-bucket histograms and bad descriptors --------------------------------
 hostile hist 256 "$TMP/hist.sock" -qmp "unix:$TMP/hist.sock,server=on" || { fail "qmp_bounds: hist starts"; exit 0; }
 H=$HPID
-/usr/bin/time -f %M -o "$TMP/h.time" "$KVMSTATS" dump --pid "$H" --source qmp --json \
-	>"$TMP/h.json" 2>"$TMP/h.err"
+free_run "$TMP/hist.sock" "$TMP/h.err" /usr/bin/time -f %M -o "$TMP/h.time" \
+	"$KVMSTATS" dump --pid "$H" --source qmp --json >"$TMP/h.json"
 rc=$?
 kb=$(peak_kb "$TMP/h.time")
 echo "# dump: 256 vCPUs, two 65535-bucket histograms: rc $rc, peak RSS $kb kB; $(head -c 300 "$TMP/h.err")"
@@ -157,8 +172,8 @@ kill "$S" "$W"
 HQ_BYTES=17800000 hostile arrays 1024 "$TMP/arr.sock" -qmp "unix:$TMP/arr.sock,server=on" ||
 	{ fail "qmp_bounds: arrays starts"; exit 0; }
 A=$HPID
-/usr/bin/time -f %M -o "$TMP/a.time" "$KVMSTATS" dump --pid "$A" --source qmp --json \
-	>"$TMP/a.json" 2>"$TMP/a.err"
+free_run "$TMP/arr.sock" "$TMP/a.err" /usr/bin/time -f %M -o "$TMP/a.time" \
+	"$KVMSTATS" dump --pid "$A" --source qmp --json >"$TMP/a.json"
 rc=$?
 kb=$(peak_kb "$TMP/a.time")
 echo "# dump: 1024 vCPU fds, a 17.8 MB reply of [[],[],...]: rc $rc, peak RSS $kb kB; $(head -c 300 "$TMP/a.err")"
