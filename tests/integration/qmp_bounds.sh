@@ -61,8 +61,34 @@ free_run() {
 	return $rc
 }
 
-# peak_kb FILE: the peak RSS /usr/bin/time -f %M wrote last in FILE.
-peak_kb() { tail -1 "$1" | tr -dc 0-9; }
+# serve_until NAME PID SOCK RE: serve --pid PID --source qmp on a free
+# loopback port (sets S) once the monitor at SOCK is free, scraped into
+# $TMP/NAME.txt until a line matches RE, for up to 20 s (serve opens a
+# VMM again 2 s after a failure, then 6 s, ...). 1 if it did not start.
+scrape() { curl -s -m "$(slow 10)" "http://$(cat "$TMP/$1.ready")/metrics" >"$TMP/$1.txt"; }
+serve_until() {
+	local name=$1 pid=$2 sock=$3 re=$4
+	rm -f "$TMP/$name.ready"
+	monitor_free "$sock"
+	"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/$name.ready" --pid "$pid" \
+		--source qmp 2>"$TMP/$name.err" &
+	S=$!
+	track "$S"
+	wait_file "$TMP/$name.ready" "$(slow 20)" || return 1
+	for _ in $(seq "$(slow 40)"); do
+		scrape "$name" && grep -q "$re" "$TMP/$name.txt" && return 0
+		sleep 0.5
+	done
+}
+
+# dump_peak NAME PID SOCK: dump --pid PID --source qmp --json into
+# $TMP/NAME.json (stderr: NAME.err); sets RC, and KB to its peak RSS.
+dump_peak() {
+	free_run "$3" "$TMP/$1.err" /usr/bin/time -f %M -o "$TMP/$1.time" \
+		"$KVMSTATS" dump --pid "$2" --source qmp --json >"$TMP/$1.json"
+	RC=$?
+	KB=$(tail -1 "$TMP/$1.time" | tr -dc 0-9)
+}
 
 # ---- a megabyte of -mon and -chardev ------------------------------------------
 args=()
@@ -96,10 +122,8 @@ kill "$P"
 # ---- 65535-bucket histograms and bad descriptors --------------------------------
 hostile hist 256 "$TMP/hist.sock" -qmp "unix:$TMP/hist.sock,server=on" || { fail "qmp_bounds: hist starts"; exit 0; }
 H=$HPID
-free_run "$TMP/hist.sock" "$TMP/h.err" /usr/bin/time -f %M -o "$TMP/h.time" \
-	"$KVMSTATS" dump --pid "$H" --source qmp --json >"$TMP/h.json"
-rc=$?
-kb=$(peak_kb "$TMP/h.time")
+dump_peak h "$H" "$TMP/hist.sock"
+rc=$RC kb=$KB
 echo "# dump: 256 vCPUs, two 65535-bucket histograms: rc $rc, peak RSS $kb kB; $(head -c 300 "$TMP/h.err")"
 [ $rc = 0 ] && [ -n "$kb" ] && [ "$kb" -le $LIMIT ] &&
 	pass "qmp_bounds: dump of 256 vCPUs with 65535-bucket histograms peaks at $kb kB (bound $LIMIT)" ||
@@ -114,30 +138,17 @@ read -r nv e0 e9 io hw other <<<"$(jq -r '.vms[0].vcpus as $v | [($v | length),
 grep -q "5 stats left out (first: " "$TMP/h.err" &&
 	pass "qmp_bounds: a warning says how many stats were left out and the first reason ($(grep -o '5 stats left out.*' "$TMP/h.err" | head -1))" ||
 	fail "qmp_bounds: a warning says what was left out" "$(head -c 300 "$TMP/h.err")"
-rm -f "$TMP/s.ready"
-monitor_free "$TMP/hist.sock"
-"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/s.ready" --pid "$H" --source qmp 2>"$TMP/s.err" &
-S=$!
-track "$S"
-if wait_file "$TMP/s.ready" "$(slow 20)"; then
-	# The first scrapes may come before the VMM is open: up to 20 s
-	# (serve opens it again 2 s after a failure, then 6 s, ...).
-	for i in $(seq $(slow 40)); do
-		curl -s -m "$(slow 10)" "http://$(cat "$TMP/s.ready")/metrics" >"$TMP/m1.txt"
-		grep -q '^kvm_vcpu_exits' "$TMP/m1.txt" && break
-		sleep 0.5
-	done
-	for i in 2 3; do
-		curl -s -m "$(slow 10)" "http://$(cat "$TMP/s.ready")/metrics" >"$TMP/m$i.txt"
-	done
+if serve_until s "$H" "$TMP/hist.sock" '^kvm_vcpu_exits'; then
+	scrape s
+	scrape s
 	kb=$(awk '/^VmHWM/ {print $2}' /proc/$S/status)
-	series=$(grep -c '^kvm_' "$TMP/m3.txt")
+	series=$(grep -c '^kvm_' "$TMP/s.txt")
 	echo "# serve: 3 scrapes, peak RSS $kb kB, $series kvm_ series"
-	[ -n "$kb" ] && [ "$kb" -le $LIMIT ] && grep -Eq '^kvm_vcpu_exits(_total)?\{.*vcpu="9"\} 1009$' "$TMP/m3.txt" &&
+	[ -n "$kb" ] && [ "$kb" -le $LIMIT ] && grep -Eq '^kvm_vcpu_exits(_total)?\{.*vcpu="9"\} 1009$' "$TMP/s.txt" &&
 		pass "qmp_bounds: serve of the same VMM peaks at $kb kB over 3 scrapes (bound $LIMIT), $series series" ||
 		fail "qmp_bounds: serve bounded in memory" "$kb kB: $(head -c 300 "$TMP/s.err")"
 else
-	fail "qmp_bounds: serve starts" "$(head -c 300 "$TMP/s.err")"
+	fail "qmp_bounds: serve starts and exports the VMM" "$(head -c 300 "$TMP/s.err")"
 fi
 kill "$S" "$H"
 
@@ -147,16 +158,7 @@ kill "$S" "$H"
 # and counted.
 HQ_WIDE=1 hostile hist 4 "$TMP/wide.sock" -qmp "unix:$TMP/wide.sock,server=on" || { fail "qmp_bounds: wide starts"; exit 0; }
 W=$HPID
-rm -f "$TMP/w.ready"
-"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/w.ready" --pid "$W" --source qmp 2>"$TMP/w.err" &
-S=$!
-track "$S"
-if wait_file "$TMP/w.ready" "$(slow 20)"; then
-	for i in $(seq $(slow 20)); do
-		curl -s -m "$(slow 10)" "http://$(cat "$TMP/w.ready")/metrics" >"$TMP/w.txt"
-		grep -q '^kvm_vcpu_wide' "$TMP/w.txt" && break
-		sleep 0.5
-	done
+if serve_until w "$W" "$TMP/wide.sock" '^kvm_vcpu_wide'; then
 	cut=$(awk '/^kvmstats_series_cut / {print $2}' "$TMP/w.txt")
 	lines=$(grep -c '^kvm_' "$TMP/w.txt")
 	echo "# serve: 4 vCPUs of eight 256-bucket histograms: $lines samples, $cut series cut"
@@ -164,7 +166,7 @@ if wait_file "$TMP/w.ready" "$(slow 20)"; then
 		pass "qmp_bounds: serve cuts a VMM's series past its share ($lines samples for 4 vCPUs, kvmstats_series_cut $cut)" ||
 		fail "qmp_bounds: serve cuts a VMM's series past its share" "$lines samples, cut '$cut': $(head -c 300 "$TMP/w.err")"
 else
-	fail "qmp_bounds: serve starts (wide)" "$(head -c 300 "$TMP/w.err")"
+	fail "qmp_bounds: serve starts and exports the wide VMM" "$(head -c 300 "$TMP/w.err")"
 fi
 kill "$S" "$W"
 
@@ -172,10 +174,8 @@ kill "$S" "$W"
 HQ_BYTES=17800000 hostile arrays 1024 "$TMP/arr.sock" -qmp "unix:$TMP/arr.sock,server=on" ||
 	{ fail "qmp_bounds: arrays starts"; exit 0; }
 A=$HPID
-free_run "$TMP/arr.sock" "$TMP/a.err" /usr/bin/time -f %M -o "$TMP/a.time" \
-	"$KVMSTATS" dump --pid "$A" --source qmp --json >"$TMP/a.json"
-rc=$?
-kb=$(peak_kb "$TMP/a.time")
+dump_peak a "$A" "$TMP/arr.sock"
+rc=$RC kb=$KB
 echo "# dump: 1024 vCPU fds, a 17.8 MB reply of [[],[],...]: rc $rc, peak RSS $kb kB; $(head -c 300 "$TMP/a.err")"
 [ -n "$kb" ] && [ "$kb" -le $LIMIT ] && grep -q "Message too long" "$TMP/a.err" &&
 	pass "qmp_bounds: a 17.8 MB reply of [[],[],...] is refused before it is built: peak $kb kB (bound $LIMIT)" ||
