@@ -245,7 +245,7 @@ static size_t drop_dups(struct kvmstats_encode_desc *d, size_t n,
 	size_t keep = 0, words = 0;
 
 	if (!by)
-		return 0;
+		return n;	/* the schema's validation refuses a name twice */
 	for (size_t i = 0; i < n; i++)
 		by[i] = &d[i];
 	qsort(by, n, sizeof(*by), cmp_desc_name);
