@@ -51,7 +51,7 @@ struct wtarget {
 	/* The data last written, for the next delta: our own copy (base,
 	 * when base_own), or a reader's sample still holding it (base_smp,
 	 * which must still carry the time it had then). */
-	uint64_t *base;
+	uint64_t *base;			/* in the same allocation */
 	bool base_own;
 	const struct kvmstats_sample *base_smp;
 	uint64_t base_time;
@@ -62,6 +62,8 @@ struct wtarget {
 	bool emitted;			/* TARGET record in the current file */
 	bool gone;			/* GONE record still to write */
 };
+
+struct sweep_item;
 
 struct kvmstats_log_writer {
 	struct kvmstats_ctx *ctx;
@@ -82,6 +84,11 @@ struct kvmstats_log_writer {
 	size_t nseen;			/* targets added to this sample */
 	bool dirty;			/* records to write before the sample */
 	uint32_t next_tid;
+
+	struct sweep_item *items;	/* sweep_host()'s flat list */
+	size_t nitems, citems;
+	uint64_t *scratch;		/* its pread buffer */
+	size_t scratch_size;
 
 	struct log_buf defs;		/* records the sample needs first */
 	struct log_buf smp;			/* the sample record */
@@ -177,7 +184,6 @@ static void target_free(struct wtarget *wt)
 	free((char *)wt->t.name);
 	free((char *)wt->t.id);
 	free((char *)wt->t.source);
-	free(wt->base);
 	free(wt);
 }
 
@@ -204,15 +210,32 @@ static char *dup_or_empty(const char *s)
 	return strdup(s ? s : "");
 }
 
+/* A target and, in the same allocation, its copy of the block last
+ * written: the delta of sweep_host() reads the struct and the copy one
+ * after the other, and each page is a TLB miss after a pread. */
+static struct wtarget *wtarget_alloc(size_t data_size)
+{
+	size_t head = (sizeof(struct wtarget) + 63) & ~(size_t)63;
+	size_t size = head + (data_size % 8 ? 0 : data_size);
+	struct wtarget *wt = aligned_alloc(64, (size + 63) & ~(size_t)63);
+
+	if (!wt)
+		return NULL;
+	memset(wt, 0, sizeof(*wt));
+	if (!(data_size % 8) && data_size)
+		wt->base = (uint64_t *)((char *)wt + head);
+	return wt;
+}
+
 static struct wtarget *target_new(struct kvmstats_log_writer *w,
 				  const struct kvmstats_log_target *t,
 				  struct kvmstats_schema *s)
 {
-	struct wtarget *wt = calloc(1, sizeof(*wt));
 	int si = schema_index(w, s);
+	struct wtarget *wt = si < 0 ? NULL : wtarget_alloc(s->data_size);
 	void *p;
 
-	if (!wt || si < 0)
+	if (!wt)
 		goto err;
 	wt->t = *t;
 	wt->t.tid = ++w->next_tid;
@@ -343,6 +366,8 @@ int kvmstats_log_writer__close(struct kvmstats_log_writer *w)
 	free(w->schemas);
 	free(w->targets);
 	free(w->hash);
+	free(w->items);
+	free(w->scratch);
 	free(w->defs.p);
 	free(w->smp.p);
 	free(w->path);
@@ -519,11 +544,6 @@ static int put_key(struct wtarget *wt, const void *data, unsigned char *p,
 	wt->since_key = 1;
 	if (cur || !wt->words)
 		return 0;
-	if (!wt->base) {
-		wt->base = malloc(pad8(wt->data_size));
-		if (!wt->base)
-			return -ENOMEM;
-	}
 	memcpy(wt->base, data, wt->data_size);
 	wt->base_own = true;
 	return 0;
@@ -895,6 +915,189 @@ int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
 		kvmstats_log_writer__commit(w);
 		return err;
 	}
+	return err ? err : kvmstats_log_writer__commit(w);
+}
+
+/*
+ * Reading and writing in one pass. kvmstats_host__sweep() then
+ * write_host() costs 1.8x the bare pread loop over the same fds: the
+ * kernel copies each block into a reader's sample, cold (a sweep of a
+ * thousand fds moves 2 MiB of them, more than the L2 holds), through a
+ * chain of cold links (reader, sample, block), and long after the delta
+ * reads that block and the previous one, cold again. Here an fd reader's
+ * block is read into one scratch buffer that stays in L1, as the bare
+ * loop does, and compared at once with the writer's own copy of what it
+ * last wrote (one block per target), which was prefetched a few targets
+ * ahead while the kernel copied others; only the words that changed are
+ * stored. The flat list of targets holds what the pread needs, so that
+ * the loop touches no reader. Readers that are not fds (attach, QMP,
+ * ...) are swept and added as write_host() does.
+ */
+#define PF_READER 8	/* the reader's struct: its fd and schema */
+#define PF_TARGET 6	/* the writer's target struct */
+#define PF_BASE 3	/* its copy of the block last written */
+
+struct sweep_item {
+	struct kvmstats_reader *r;
+	const struct kvmstats_vmm *v;	/* NULL: swept, not written */
+	int32_t vm, vcpu;
+};
+
+static int items_add(struct kvmstats_log_writer *w, struct kvmstats_reader *r,
+		     const struct kvmstats_vmm *v, int32_t vm, int32_t vcpu)
+{
+	if (w->nitems == w->citems) {
+		size_t cap = w->citems ? w->citems * 2 : 256;
+		void *p = realloc(w->items, cap * sizeof(*w->items));
+
+		if (!p)
+			return -ENOMEM;
+		w->items = p;
+		w->citems = cap;
+	}
+	w->items[w->nitems++] = (struct sweep_item){ r, v, vm, vcpu };
+	return 0;
+}
+
+/* The flat list of @h's readers, in add_vmm()'s order, built without
+ * touching a reader (each would be a cache miss here; the loop
+ * prefetches them instead). Allocates only when the host gained readers. */
+static int items_build(struct kvmstats_log_writer *w, struct kvmstats_host *h,
+		       kvmstats_log_choose_fn choose, void *arg)
+{
+	int err = 0;
+
+	w->nitems = 0;
+	for (size_t i = 0; i < h->n && !err; i++) {
+		const struct kvmstats_vmm *v = h->vmms[i];
+		const struct kvmstats_vmm *wv = !choose || choose(v, arg) ? v : NULL;
+
+		for (size_t j = 0; j < v->nvms && !err; j++) {
+			const struct kvmstats_vm *vm = v->vms[j];
+
+			if (vm->r)
+				err = items_add(w, vm->r, wv, (int32_t)j, -1);
+			for (size_t k = 0; k < vm->nvcpus && !err; k++)
+				err = items_add(w, vm->vcpus[k].r, wv, (int32_t)j,
+						vm->vcpus[k].index);
+		}
+	}
+	return err;
+}
+
+/* The writer's target @ahead entries after the cursor (in steady state
+ * the one that many items ahead finds): its struct, or its block. */
+static void prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
+			    bool block)
+{
+	size_t at = w->cursor + ahead;
+	const struct wtarget *wt;
+
+	if (at >= w->ntargets)
+		return;
+	wt = w->targets[at];
+	if (!block) {
+		for (size_t i = 0; i < sizeof(*wt); i += 64)
+			__builtin_prefetch((const char *)wt + i, 1);
+		return;
+	}
+	if (wt->base_own)
+		for (size_t i = 0; i < wt->data_size; i += 64)
+			__builtin_prefetch((const char *)wt->base + i, 1);
+}
+
+/* One fd target: pread into the scratch buffer, delta against the
+ * writer's own copy. */
+static int read_add(struct kvmstats_log_writer *w, const struct kvmstats_log_target *t,
+		    struct kvmstats_reader *r, int fd)
+{
+	struct kvmstats_schema *s = kvmstats_reader__schema(r);
+	ssize_t n;
+	int err;
+
+	if (s->data_size > w->scratch_size) {
+		/* Only when a larger schema comes: kept for the next ones. */
+		void *p = realloc(w->scratch, pad8(s->data_size));
+
+		if (!p)
+			return -ENOMEM;
+		w->scratch = p;
+		w->scratch_size = s->data_size;
+	}
+	n = pread(fd, w->scratch, s->data_size, (off_t)s->hdr.data_offset);
+	err = n == (ssize_t)s->data_size ? 0 : n < 0 ? -errno : -ENODATA;
+	return add_one(w, t, s, err ? NULL : w->scratch, NULL, err, NULL, NULL);
+}
+
+static int sweep_one(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
+		     const struct sweep_item *it, uint64_t time_ns)
+{
+	int fd = kvmstats_reader__fd(it->r);
+
+	t->vm = it->vm;
+	t->vcpu = it->vcpu;
+	t->id = kvmstats_reader__id(it->r);
+	if (fd >= 0)
+		return read_add(w, t, it->r, fd);
+	kvmstats_reader__sweep(it->r, time_ns);
+	return add_reader(w, t, it->r);
+}
+
+static void sweep_items(struct kvmstats_log_writer *w, uint64_t time_ns)
+{
+	struct kvmstats_log_target t = { 0 };
+	const struct kvmstats_vmm *last = NULL;
+	int err;
+
+	for (size_t i = 0; i < w->nitems && i < PF_READER; i++)
+		ks_reader_prefetch(w->items[i].r, 0);
+	for (size_t i = 0; i < w->nitems; i++) {
+		const struct sweep_item *it = &w->items[i];
+
+		if (i + PF_READER < w->nitems)
+			ks_reader_prefetch(w->items[i + PF_READER].r, 0);
+		prefetch_target(w, PF_TARGET, false);
+		prefetch_target(w, PF_BASE, true);
+		if (!it->v) {
+			kvmstats_reader__sweep(it->r, time_ns);
+			continue;
+		}
+		if (it->v != last) {
+			last = it->v;
+			t = (struct kvmstats_log_target){
+				.pid = last->pid, .uid = last->uid, .name = last->name,
+				.source = kvmstats_vmm__source(last),
+			};
+		}
+		err = sweep_one(w, &t, it, time_ns);
+		if (err && err != -EEXIST)
+			ks_log(w->ctx, KVMSTATS_LOG_WARN,
+			       "%s: pid %d: %s: left out of this sample", w->path,
+			       (int)t.pid, strerror(-err));
+	}
+}
+
+int kvmstats_log_writer__sweep_host(struct kvmstats_log_writer *w,
+				    struct kvmstats_host *h,
+				    kvmstats_log_choose_fn choose, void *arg)
+{
+	int err;
+
+	ks_host_drop_dead(h);
+	h->time_ns = ks_now_ns();
+	err = items_build(w, h, choose, arg);
+	if (err) {
+		/* Out of memory: the two passes, which need no list. */
+		kvmstats_host__sweep(h);
+		return kvmstats_log_writer__write_host(w, h);
+	}
+	err = kvmstats_log_writer__begin(w, h->time_ns, 0);
+	if (err) {
+		/* Not written: every reader is read all the same. */
+		for (size_t i = 0; i < w->nitems; i++)
+			w->items[i].v = NULL;
+	}
+	sweep_items(w, h->time_ns);
 	return err ? err : kvmstats_log_writer__commit(w);
 }
 
