@@ -9,9 +9,10 @@
  * and the next ones are deltas against the previous entry: a bitmap of
  * the u64 words that changed, then those words (nothing at all when no
  * word changed). Between two samples most counters of most vCPUs do not
- * move, and a delta is a few dozen bytes. For a reader's target the
- * previous entry is the reader's previous sample, still in memory, so
- * that no second copy of every block is kept (and kept warm). A key entry
+ * move, and a delta is a few dozen bytes. Each target keeps a copy of
+ * the block it last wrote, in its own allocation, which the deltas of
+ * sweep_host() (log_sweep.c) compare with; add_vmm() compares a reader's
+ * two latest readings instead, when the older is the one last written. A key entry
  * is written again every keyframe_interval samples and after any sample
  * that could not be written, so that a damaged record costs at most that
  * many samples of one target and never a wrong value: a delta names the
@@ -34,6 +35,7 @@
 #include "kvmstats_log.h"
 #include "log_file.h"
 #include "log_format.h"
+#include "log_writer_int.h"
 
 struct wschema {
 	struct kvmstats_schema *s;
@@ -63,8 +65,6 @@ struct wtarget {
 	bool gone;			/* GONE record still to write */
 };
 
-struct sweep_item;
-
 struct kvmstats_log_writer {
 	struct kvmstats_ctx *ctx;
 	char *path;
@@ -85,10 +85,7 @@ struct kvmstats_log_writer {
 	bool dirty;			/* records to write before the sample */
 	uint32_t next_tid;
 
-	struct sweep_item *items;	/* sweep_host()'s flat list */
-	size_t nitems, citems;
-	uint64_t *scratch;		/* its pread buffer */
-	size_t scratch_size;
+	struct lw_sweep sweep;		/* sweep_host()'s (log_sweep.c) */
 
 	struct log_buf defs;		/* records the sample needs first */
 	struct log_buf smp;			/* the sample record */
@@ -366,8 +363,8 @@ int kvmstats_log_writer__close(struct kvmstats_log_writer *w)
 	free(w->schemas);
 	free(w->targets);
 	free(w->hash);
-	free(w->items);
-	free(w->scratch);
+	free(w->sweep.items);
+	free(w->sweep.scratch);
 	free(w->defs.p);
 	free(w->smp.p);
 	free(w->path);
@@ -918,83 +915,25 @@ int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
 	return err ? err : kvmstats_log_writer__commit(w);
 }
 
-/*
- * Reading and writing in one pass. kvmstats_host__sweep() then
- * write_host() costs 1.8x the bare pread loop over the same fds: the
- * kernel copies each block into a reader's sample, cold (a sweep of a
- * thousand fds moves 2 MiB of them, more than the L2 holds), through a
- * chain of cold links (reader, sample, block), and long after the delta
- * reads that block and the previous one, cold again. Here an fd reader's
- * block is read into one scratch buffer that stays in L1, as the bare
- * loop does, and compared at once with the writer's own copy of what it
- * last wrote (one block per target), which was prefetched a few targets
- * ahead while the kernel copied others; only the words that changed are
- * stored. The flat list of targets holds what the pread needs, so that
- * the loop touches no reader. Readers that are not fds (attach, QMP,
- * ...) are swept and added as write_host() does.
- */
-#define PF_READER 8	/* the reader's struct: its fd and schema */
-#define PF_TARGET 6	/* the writer's target struct */
-#define PF_BASE 3	/* its copy of the block last written */
+/* ---- for log_sweep.c (log_writer_int.h) ---- */
 
-struct sweep_item {
-	struct kvmstats_reader *r;
-	const struct kvmstats_vmm *v;	/* NULL: swept, not written */
-	int32_t vm, vcpu;
-};
-
-static int items_add(struct kvmstats_log_writer *w, struct kvmstats_reader *r,
-		     const struct kvmstats_vmm *v, int32_t vm, int32_t vcpu)
+int lw_add(struct kvmstats_log_writer *w, const struct kvmstats_log_target *t,
+	   struct kvmstats_schema *schema, const void *data, int error)
 {
-	if (w->nitems == w->citems) {
-		size_t cap = w->citems ? w->citems * 2 : 256;
-		void *p = realloc(w->items, cap * sizeof(*w->items));
-
-		if (!p)
-			return -ENOMEM;
-		w->items = p;
-		w->citems = cap;
-	}
-	w->items[w->nitems++] = (struct sweep_item){ r, v, vm, vcpu };
-	return 0;
+	return add_one(w, t, schema, data, NULL, error, NULL, NULL);
 }
 
-/* The flat list of @h's readers, in add_vmm()'s order, built without
- * touching a reader (each would be a cache miss here; the loop
- * prefetches them instead). Allocates only when the host gained readers. */
-static int items_build(struct kvmstats_log_writer *w, struct kvmstats_host *h,
-		       kvmstats_log_choose_fn choose, void *arg)
+int lw_add_reader(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
+		  struct kvmstats_reader *r)
 {
-	int err = 0;
-
-	w->nitems = 0;
-	for (size_t i = 0; i < h->n && !err; i++) {
-		const struct kvmstats_vmm *v = h->vmms[i];
-		const struct kvmstats_vmm *wv = !choose || choose(v, arg) ? v : NULL;
-
-		for (size_t j = 0; j < v->nvms && !err; j++) {
-			const struct kvmstats_vm *vm = v->vms[j];
-
-			/* Each VM is two cold lines, the second known from the
-			 * first: fetch them a few VMs ahead. */
-			if (j + 8 < v->nvms)
-				__builtin_prefetch(v->vms[j + 8]);
-			if (j + 4 < v->nvms)
-				__builtin_prefetch(v->vms[j + 4]->vcpus);
-			if (vm->r)
-				err = items_add(w, vm->r, wv, (int32_t)j, -1);
-			for (size_t k = 0; k < vm->nvcpus && !err; k++)
-				err = items_add(w, vm->vcpus[k].r, wv, (int32_t)j,
-						vm->vcpus[k].index);
-		}
-	}
-	return err;
+	return add_reader(w, t, r);
 }
 
 /* The writer's target @ahead entries after the cursor (in steady state
- * the one that many items ahead finds): its struct, or its block. */
-static void prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
-			    bool block)
+ * the one that many readers ahead finds): its struct, or its copy of
+ * the block last written. */
+void lw_prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
+			bool block)
 {
 	size_t at = w->cursor + ahead;
 	const struct wtarget *wt;
@@ -1012,102 +951,19 @@ static void prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
 			__builtin_prefetch((const char *)wt->base + i, 1);
 }
 
-/* One fd target: pread into the scratch buffer, delta against the
- * writer's own copy. */
-static int read_add(struct kvmstats_log_writer *w, const struct kvmstats_log_target *t,
-		    struct kvmstats_reader *r, int fd)
+struct lw_sweep *lw_sweep(struct kvmstats_log_writer *w)
 {
-	struct kvmstats_schema *s = kvmstats_reader__schema(r);
-	ssize_t n;
-	int err;
-
-	if (s->data_size > w->scratch_size) {
-		/* Only when a larger schema comes: kept for the next ones.
-		 * Page-aligned: a block of a vCPU (1.1 KiB) is one page. */
-		size_t size = (s->data_size + 4095) & ~(size_t)4095;
-		void *p = aligned_alloc(4096, size);
-
-		if (!p)
-			return -ENOMEM;
-		free(w->scratch);
-		w->scratch = p;
-		w->scratch_size = s->data_size;
-	}
-	n = pread(fd, w->scratch, s->data_size, (off_t)s->hdr.data_offset);
-	err = n == (ssize_t)s->data_size ? 0 : n < 0 ? -errno : -ENODATA;
-	return add_one(w, t, s, err ? NULL : w->scratch, NULL, err, NULL, NULL);
+	return &w->sweep;
 }
 
-static int sweep_one(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
-		     const struct sweep_item *it, uint64_t time_ns)
+struct kvmstats_ctx *lw_ctx(const struct kvmstats_log_writer *w)
 {
-	int fd = kvmstats_reader__fd(it->r);
-
-	t->vm = it->vm;
-	t->vcpu = it->vcpu;
-	t->id = kvmstats_reader__id(it->r);
-	if (fd >= 0)
-		return read_add(w, t, it->r, fd);
-	kvmstats_reader__sweep(it->r, time_ns);
-	return add_reader(w, t, it->r);
+	return w->ctx;
 }
 
-static void sweep_items(struct kvmstats_log_writer *w, uint64_t time_ns)
+const char *lw_path(const struct kvmstats_log_writer *w)
 {
-	struct kvmstats_log_target t = { 0 };
-	const struct kvmstats_vmm *last = NULL;
-	int err;
-
-	for (size_t i = 0; i < w->nitems && i < PF_READER; i++)
-		ks_reader_prefetch(w->items[i].r, 0);
-	for (size_t i = 0; i < w->nitems; i++) {
-		const struct sweep_item *it = &w->items[i];
-
-		if (i + PF_READER < w->nitems)
-			ks_reader_prefetch(w->items[i + PF_READER].r, 0);
-		prefetch_target(w, PF_TARGET, false);
-		prefetch_target(w, PF_BASE, true);
-		if (!it->v) {
-			kvmstats_reader__sweep(it->r, time_ns);
-			continue;
-		}
-		if (it->v != last) {
-			last = it->v;
-			t = (struct kvmstats_log_target){
-				.pid = last->pid, .uid = last->uid, .name = last->name,
-				.source = kvmstats_vmm__source(last),
-			};
-		}
-		err = sweep_one(w, &t, it, time_ns);
-		if (err && err != -EEXIST)
-			ks_log(w->ctx, KVMSTATS_LOG_WARN,
-			       "%s: pid %d: %s: left out of this sample", w->path,
-			       (int)t.pid, strerror(-err));
-	}
-}
-
-int kvmstats_log_writer__sweep_host(struct kvmstats_log_writer *w,
-				    struct kvmstats_host *h,
-				    kvmstats_log_choose_fn choose, void *arg)
-{
-	int err;
-
-	ks_host_drop_dead(h);
-	h->time_ns = ks_now_ns();
-	err = items_build(w, h, choose, arg);
-	if (err) {
-		/* Out of memory: the two passes, which need no list. */
-		kvmstats_host__sweep(h);
-		return kvmstats_log_writer__write_host(w, h);
-	}
-	err = kvmstats_log_writer__begin(w, h->time_ns, 0);
-	if (err) {
-		/* Not written: every reader is read all the same. */
-		for (size_t i = 0; i < w->nitems; i++)
-			w->items[i].v = NULL;
-	}
-	sweep_items(w, h->time_ns);
-	return err ? err : kvmstats_log_writer__commit(w);
+	return w->path;
 }
 
 uint64_t kvmstats_log_writer__samples(const struct kvmstats_log_writer *w)
