@@ -288,8 +288,8 @@ struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
 {
 	struct kvmstats_reader_opts o;
 	struct kvmstats_reader *r;
-	unsigned char *img;
-	size_t len;
+	unsigned char *img = NULL;
+	size_t len = 0;
 	int err;
 
 	if (reader_opts(&o, opts))
