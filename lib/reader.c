@@ -295,6 +295,8 @@ struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
 	if (reader_opts(&o, opts))
 		return NULL;
 	err = read_image_file(path, &img, &len);
+	if (!err && !img)
+		err = -EIO;
 	if (err) {
 		ks_err(o.errbuf, o.errbuf_sz, "%s", image_strerror(err));
 		errno = -err;
