@@ -62,7 +62,41 @@ static int grow_buf(unsigned char **buf, size_t *cap)
 	return 0;
 }
 
-int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
+/* How long an image file that is a pipe, a FIFO, a socket or a terminal
+ * may go without giving a byte: a FIFO nobody opens for writing must not
+ * hang a command forever. */
+#define STREAM_IDLE_MS 5000
+
+/* The next bytes at @off. A file by pread (a stats fd's lseek does
+ * nothing: the position is ours). A stream by read(2), since a pipe has
+ * no offsets to pread at (ESPIPE): its fd is non-blocking, and each wait
+ * for more bytes is a poll of at most STREAM_IDLE_MS (-ETIMEDOUT). A FIFO
+ * that never had a writer polls as empty (Linux reports no hangup before
+ * a first writer), so it times out. Returns bytes, 0 at the end, -errno;
+ * -EAGAIN: interrupted, try again. */
+static ssize_t read_chunk(int fd, bool stream, unsigned char *p, size_t len, size_t off)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	ssize_t r;
+
+	if (!stream) {
+		r = pread(fd, p, len, (off_t)off);
+	} else {
+		r = poll(&pfd, 1, STREAM_IDLE_MS);
+		if (!r)
+			return -ETIMEDOUT;
+		if (r > 0)
+			r = read(fd, p, len);
+	}
+	if (r >= 0)
+		return r;
+	if (errno == EINTR || (stream && errno == EAGAIN))
+		return -EAGAIN;
+	return -errno;
+}
+
+/* Read @fd to its end, at most KS_MAX_IMAGE bytes. */
+static int read_all(int fd, bool stream, unsigned char **out, size_t *len)
 {
 	size_t cap = 16384, n = 0;
 	unsigned char *buf = malloc(cap);
@@ -75,12 +109,11 @@ int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
 
 		if (n == cap && (err = grow_buf(&buf, &cap)))
 			goto err;
-		/* pread: a stats fd's lseek does nothing, position is ours. */
-		r = pread(fd, buf + n, cap - n, (off_t)n);
-		if (r < 0 && errno == EINTR)
+		r = read_chunk(fd, stream, buf + n, cap - n, n);
+		if (r == -EAGAIN)
 			continue;
 		if (r < 0) {
-			err = -errno;
+			err = (int)r;
 			goto err;
 		}
 		if (!r)
@@ -95,53 +128,9 @@ err:
 	return err;
 }
 
-/* How long an image file that is a pipe, a FIFO, a socket or a terminal
- * may go without giving a byte: a FIFO nobody opens for writing must not
- * hang a command forever. */
-#define STREAM_IDLE_MS 5000
-
-/* Read a stream to its end: read(2), since a pipe has no offsets to
- * pread at (ESPIPE); @fd is non-blocking, and each wait for more bytes is
- * a poll of at most STREAM_IDLE_MS (-ETIMEDOUT). At most KS_MAX_IMAGE
- * bytes, like a file. A FIFO that never had a writer polls as empty
- * (Linux reports no hangup before a first writer), so it times out. */
-static int read_stream(int fd, unsigned char **out, size_t *len)
+int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
 {
-	size_t cap = 16384, n = 0;
-	unsigned char *buf = malloc(cap);
-	int err;
-
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (n == cap && (err = grow_buf(&buf, &cap)))
-			goto err;
-		r = poll(&p, 1, STREAM_IDLE_MS);
-		if (!r) {
-			err = -ETIMEDOUT;
-			goto err;
-		}
-		if (r > 0)
-			r = read(fd, buf + n, cap - n);
-		if (r < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (r < 0) {
-			err = -errno;
-			goto err;
-		}
-		if (!r)
-			break;
-		n += (size_t)r;
-	}
-	*out = buf;
-	*len = n;
-	return 0;
-err:
-	free(buf);
-	return err;
+	return read_all(fd, false, out, len);
 }
 
 /* An image file's bytes: a regular file (or a stats fd's /proc path) by
@@ -157,10 +146,9 @@ static int read_image_file(const char *path, unsigned char **img, size_t *len)
 		return -errno;
 	if (fstat(fd, &st))
 		err = -errno;
-	else if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode))
-		err = read_stream(fd, img, len);
 	else
-		err = ks_read_all_fd(fd, img, len);
+		err = read_all(fd, S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+				       S_ISCHR(st.st_mode), img, len);
 	close(fd);
 	return err;
 }
