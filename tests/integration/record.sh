@@ -41,8 +41,11 @@ if cmp -s "$TMP/halt.before" "$TMP/halt.after"; then
 else
 	fail "the halted VM stayed still" "dump changed between two readings"
 fi
-check "samples are 0.1 s apart, in order" jq -s -e \
-	'[.[].time] as $t | all(range(1; $t | length); ($t[.] - $t[. - 1]) > 0.05 and ($t[.] - $t[. - 1]) < 0.5)' \
+# In order, 0.1 s apart on average: one sample may come late on a loaded
+# machine and the next one early, back on the recorder's clock.
+check "samples are 0.1 s apart on average, in order" jq -s -e \
+	'[.[].time] as $t | (($t[-1] - $t[0]) / (($t | length) - 1)) as $m |
+	 $m > 0.09 and $m < 0.2 and all(range(1; $t | length); ($t[.] - $t[. - 1]) > 0 and ($t[.] - $t[. - 1]) < 1)' \
 	"$TMP/halt.json"
 check "time is wall clock (seconds since the epoch)" jq -s -e --argjson now "$(date +%s)" \
 	'all(.[]; (.time - $now | fabs) < 120)' "$TMP/halt.json"
@@ -81,7 +84,7 @@ check "the first dump's counters never exceed a sample's, the last dump's never 
 # samples (not "positive": a guest under emulation on a loaded machine
 # need not run in every 0.1 s, and the test does not control that).
 check "replay --rates: each exit rate is the counter's change over its interval" jq -s -e \
-	'. as $s | all(range(1; $s | length); . as $i | $s[$i].interval > 0.05 and
+	'. as $s | all(range(1; $s | length); . as $i | $s[$i].interval > 0 and
 	 ($s[$i].vms[0].vcpus[0] | .rates.exits >= 0 and
 	  (.rates.exits * $s[$i].interval - (.stats.exits - $s[$i - 1].vms[0].vcpus[0].stats.exits) | fabs) < 0.01))' \
 	"$TMP/rates.json"
@@ -220,13 +223,19 @@ check "the reopened file is whole by itself" jq -s -e \
 # whatever else runs on this host.
 uniq=kvst$$
 cp "$TINYVMM" "$TMP/$uniq"
-"$KVMSTATS" record --name "^$uniq\$" --refresh 0.2 --interval 0.05 --duration 4 \
+# The record runs until the VMM has come and gone (not for a fixed time:
+# on a loaded machine the VMM may start late).
+"$KVMSTATS" record --name "^$uniq\$" --refresh 0.2 --interval 0.05 \
 	--output "$TMP/come.log" 2>/dev/null &
 rec=$!
 track $rec
-sleep 0.7
+wait_samples "$TMP/come.log" 3
 TINYVMM=$TMP/$uniq start_vmm --vms 1 --vcpus 2 --hold-stats --workload demo --timeout 2 ||
 	fail "tinyvmm copy started"
+wait "$VMM_PID"
+last_empty() { "$KVMSTATS" replay --json "$1" 2>/dev/null | tail -1 | jq -e '.vms == []' >/dev/null; }
+wait_until "$(slow 50)" last_empty "$TMP/come.log"
+kill -TERM $rec
 wait $rec
 check "record of VMMs coming and going exits 0" test $? = 0
 "$KVMSTATS" replay --json "$TMP/come.log" >"$TMP/come.json"
