@@ -1,12 +1,13 @@
 #!/bin/bash
 # kvmstats plan against real migrations to a second QEMU, per migration
-# setting: each case boots our multiboot guest (256 MiB, a known content),
-# sets max-bandwidth 32 MiB/s and downtime-limit 300 ms and the case's
-# capabilities and parameters on QEMU (as an operator or libvirt would),
-# runs `plan --method scan --interval 0 --json` (which reads them over
-# QMP), then migrates over loopback TCP to a destination QEMU started with
-# `-incoming defer` and the same settings, and compares with what QEMU's
-# query-migrate reports at completion:
+# setting: our multiboot guest (256 MiB, a known content) is booted once
+# per content and migrated on from QEMU to QEMU (booting is what is slow
+# here). Each case sets max-bandwidth 32 MiB/s, downtime-limit 300 ms and
+# its capabilities and parameters on the running VM (as an operator or
+# libvirt would), runs `plan --method scan --interval 0 --json` (which
+# reads them over QMP), then migrates over loopback TCP to a destination
+# QEMU started with `-incoming defer` and the same settings, and compares
+# with what QEMU's query-migrate reports at completion:
 #  - legacy pre-copy, a compressible guest;
 #  - multifd, 4 channels;
 #  - multifd + zstd, a compressible guest (one word per page);
@@ -14,7 +15,8 @@
 #  - multifd + zstd asked for by the option (--parallel 4 --compressed
 #    zstd) on a VM set for legacy, and the settings' sources in the JSON.
 # Asserts: predicted bytes within 10% (20% with compression) and time
-# within 15% (25% with compression) of QEMU's transferred and total-time.
+# within 15% (25% with compression) of QEMU's transferred and total-time
+# (below a second of real time, within 0.5 s: see within_time).
 # Prints the table of predicted against real.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
@@ -93,33 +95,50 @@ migrate() {
 TABLE=""
 BW=$((32 << 20))
 
-# run_case NAME GUEST CAPS PARAMS BYTES% TIME% [PLAN OPTIONS...]: GUEST is
-# mbguest's command line; $EXTRA, more QEMU arguments for both QEMUs.
+# boot CHAIN GUEST [QEMU ARGS...]: start the first VM of a chain of
+# migrations (booting is the slow part here: each case migrates the
+# chain's running VM to a fresh destination, which runs it next).
+boot() {
+	local chain=$1
+	QEMU_MEM=256 launch_qemu "$chain.0" "$2" "${@:3}"
+	eval "VM_$chain=$chain.0 PID_$chain=$QEMU_PID GUEST_$chain=\$2"
+	eval "ARGS_$chain=\"\${*:3}\""
+}
+
+# within_time PRED REAL PCT: within PCT%, or within 0.5 s below a second
+# of real time, where QEMU's own fixed costs (setup, an extra dirty
+# bitmap sync, the switch-over) varied 53-530 ms between identical runs
+# of a compressed migration on this host.
+within_time() {
+	within "$1" "$2" "$3" || awk -v a="$1" -v b="$2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b < 1 && d <= 0.5)}'
+}
+
+# run_case CHAIN NAME CAPS PARAMS BYTES% TIME% [PLAN OPTIONS...]: set the
+# case's capabilities and parameters on the chain's VM, plan it, migrate
+# it to a new destination with the same settings, compare.
 run_case() {
-	local name=$1 guest=$2 caps=$3 params=$4 pb=$5 pt=$6
-	local out pred psec xfer ms normal dup sec src dst ps pd
+	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
+	local out pred psec xfer ms normal dup sec src dst ps pd guest args
 	shift 6
-	# shellcheck disable=SC2206 # word splitting wanted
-	local extra=(${EXTRA:-})
+	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$GUEST_$chain args=\$ARGS_$chain"
 	params=$(jq -c --argjson bw "$BW" '. + {"max-bandwidth": $bw, "downtime-limit": 300}' <<<"$params")
-	src=$name.src dst=$name.dst
-	QEMU_MEM=256 launch_qemu "$src" "$guest" "${extra[@]}"
-	ps=$QEMU_PID
-	QEMU_MEM=256 launch_qemu "$dst" "$guest" "${extra[@]}" -incoming defer
+	dst=$name
+	# shellcheck disable=SC2086 # word splitting wanted
+	QEMU_MEM=256 launch_qemu "$dst" "$guest" $args -incoming defer
 	pd=$QEMU_PID
-	if ! wait_ready "$src" "$ps" 60 || ! wait_wait_qmp "$dst"; then
-		fail "$name: VMs did not start"
+	if ! wait_qmp "$dst"; then
+		fail "$name: the destination QEMU did not start"
 		return
 	fi
-	# With plan options, the VM is planned as it stands (only the
-	# bandwidth and downtime set) and the options say the rest.
+	# With plan options, the VM is planned as it stands (legacy, only
+	# the bandwidth and downtime set) and the options say the rest.
 	if [ $# -gt 0 ]; then
-		setup "$src" '[]' "$(jq -c '{"max-bandwidth", "downtime-limit"}' <<<"$params")" &&
+		setup "$src" '[{"capability":"multifd","state":false}]' \
+			"$(jq -c '{"max-bandwidth", "downtime-limit", "multifd-compression": "none"}' <<<"$params")" &&
 			out=$("$KVMSTATS" plan --pid "$ps" --method scan --interval 0 --json "$@" 2>"$TMP/$name.err")
 	fi
 	if ! setup "$src" "$caps" "$params" || ! setup "$dst" "$caps" "$params"; then
 		fail "$name: QEMU $VER refused the settings"
-		kill "$ps" "$pd" 2>/dev/null
 		return
 	fi
 	[ $# -gt 0 ] ||
@@ -128,7 +147,8 @@ run_case() {
 	pred=$(jq '.vms[0].predicted_transfer_bytes // 0' <<<"$out")
 	psec=$(jq '.vms[0].predicted_seconds // 0' <<<"$out")
 	read -r xfer ms normal dup < <(migrate "$src" "$dst")
-	kill "$ps" "$pd" 2>/dev/null
+	kill "$ps" 2>/dev/null
+	eval "VM_$chain=$dst PID_$chain=$pd"
 	if [ -z "$xfer" ]; then
 		fail "$name: the migration did not complete"
 		return
@@ -137,40 +157,42 @@ run_case() {
 	echo "# $name: plan: $(jq -c '.vms[0].prediction | {mechanism, qemu_version,
 		wire_bytes, effective_bandwidth_bytes_per_second, compression,
 		settings: (.settings | with_entries(select(.value.source != "default")))}' <<<"$out")"
-	TABLE="$TABLE$(printf '# %-28s %12s %12s %8.2f %8.2f  normal=%s duplicate=%s' \
+	TABLE="$TABLE$(printf '# %-22s %12s %12s %8.2f %8.2f  normal=%s duplicate=%s' \
 		"$name" "$pred" "$xfer" "$psec" "$sec" "$normal" "$dup")
 "
 	check "$name: predicted bytes $pred within $pb% of QEMU's $xfer" within "$pred" "$xfer" "$pb"
-	check "$name: predicted time ${psec}s within $pt% of QEMU's ${sec}s" within "$psec" "$sec" "$pt"
+	check "$name: predicted time ${psec}s within $pt% of QEMU's ${sec}s" \
+		within_time "$psec" "$sec" "$pt"
 	LAST_JSON=$TMP/$name.json
 }
 
-# wait_wait_qmp NAME: the destination's QMP socket answers.
-wait_wait_qmp() {
+# wait_qmp NAME: the destination's QMP socket answers.
+wait_qmp() {
 	wait_until 300 test -S "$TMP/$1.qmp" &&
 		[ -n "$(q "$1" '{"execute":"query-status"}')" ]
 }
 
-# Compressible: one word per page. Mixed: the same, and 16 MiB of random
-# bytes QEMU's generic loader puts at 64 MiB (the guest never touches
-# them; filling them from the guest is slow where KVM emulates it).
-COMP='nonzero=48M stride=4K'
-MIXED='nonzero=32M stride=4K'
-head -c $((16 << 20)) /dev/urandom >"$TMP/random.bin"
-RANDOM_AT="-device loader,file=$TMP/random.bin,addr=0x4000000,force-raw=on"
-run_case legacy "$COMP" '[]' '{}' 10 15
-run_case multifd4 "$COMP" '[{"capability":"multifd","state":true}]' \
-	'{"multifd-channels":4}' 10 15
-run_case multifd4-zstd "$COMP" '[{"capability":"multifd","state":true}]' \
-	'{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25
-EXTRA=$RANDOM_AT run_case multifd4-zstd-mixed "$MIXED" \
-	'[{"capability":"multifd","state":true}]' \
+# Compressible: one word per page (96 MiB). Mixed: 32 MiB of that, and
+# 48 MiB of random bytes QEMU's generic loader puts at 64 MiB (the guest
+# never touches them; filling them from the guest is slow where KVM
+# emulates it). The two chains boot together.
+head -c $((48 << 20)) /dev/urandom >"$TMP/random.bin"
+boot comp 'nonzero=96M stride=4K'
+boot mixed 'nonzero=32M stride=4K' -device "loader,file=$TMP/random.bin,addr=0x4000000,force-raw=on"
+if ! wait_ready comp.0 "$PID_comp" 120 || ! wait_ready mixed.0 "$PID_mixed" 120; then
+	fail "plan_migrate: the VMs did not boot"
+	exit 0
+fi
+MULTIFD='[{"capability":"multifd","state":true}]'
+LEGACY='[{"capability":"multifd","state":false}]'
+run_case comp legacy "$LEGACY" '{"multifd-compression":"none"}' 10 15
+run_case comp multifd4 "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"none"}' 10 15
+run_case comp multifd4-zstd "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25
+run_case mixed multifd4-zstd-mixed "$MULTIFD" \
 	'{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25
 # The options say how the migration will run, over QEMU's (legacy) settings.
-run_case options-zstd "$COMP" '[{"capability":"multifd","state":true}]' \
-	'{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25 \
-	--parallel 4 --compressed zstd
-
+run_case comp options-zstd "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"zstd"}' \
+	20 25 --parallel 4 --compressed zstd
 check "options-zstd: the JSON says each setting's source (multifd from the option, bandwidth from QEMU)" \
 	jq -e '.vms[0].prediction | .mechanism == "multifd+zstd" and
 	.settings.multifd.source == "option" and .settings["multifd-channels"].value == "4" and
@@ -180,5 +202,5 @@ check "options-zstd: the JSON says each setting's source (multifd from the optio
 	.settings["downtime-limit"].value == "300" and .compression.ratio < 0.1' "$LAST_JSON"
 
 echo "# QEMU $VER, max-bandwidth 32 MiB/s, downtime-limit 300 ms, 256 MiB guests"
-echo "# case                          predicted B   QEMU sent B  pred s   QEMU s"
+echo "# case                    predicted B   QEMU sent B  pred s   QEMU s"
 printf '%s' "$TABLE"
