@@ -23,6 +23,7 @@
 #include "mem_internal.h"
 
 #define GROUP 128u
+#define GROUP_BYTES ((size_t)GROUP * KS_PAGE)
 
 struct csample {
 	struct ks_view v;
@@ -30,15 +31,15 @@ struct csample {
 	uint64_t addr[GROUP];
 	bool ok[GROUP];
 	const unsigned char *ptr[GROUP];
-	unsigned char *buf;	/* GROUP pages as fetched */
-	unsigned char *in;	/* the group's non-zero pages, packed */
+	unsigned char *buf; /* GROUP pages as fetched */
+	unsigned char *in; /* the group's non-zero pages, packed */
 	unsigned char *out;
 	size_t out_len;
 	ZSTD_CCtx *zc;
 };
 
-static long deflate_group(const unsigned char *in, size_t len, unsigned char *out,
-			  size_t out_len, int level)
+static long deflate_group(const unsigned char *in, size_t len,
+			  unsigned char *out, size_t out_len, int level)
 {
 	z_stream zs;
 	long n;
@@ -58,8 +59,8 @@ static long deflate_group(const unsigned char *in, size_t len, unsigned char *ou
 static long zstd_group(ZSTD_CCtx *zc, const unsigned char *in, size_t len,
 		       unsigned char *out, size_t out_len, int level)
 {
-	ZSTD_inBuffer ib = { in, len, 0 };
-	ZSTD_outBuffer ob = { out, out_len, 0 };
+	ZSTD_inBuffer ib = {in, len, 0};
+	ZSTD_outBuffer ob = {out, out_len, 0};
 	size_t r;
 
 	ZSTD_CCtx_reset(zc, ZSTD_reset_session_and_parameters);
@@ -78,15 +79,16 @@ static int cs_open(struct csample *c, const struct kvmstats_pages *pg,
 	int err;
 
 	memset(c, 0, sizeof(*c));
-	c->out_len = ZSTD_compressBound(GROUP * KS_PAGE) + 1024;
-	if (compressBound(GROUP * KS_PAGE) + 1024 > c->out_len)
-		c->out_len = compressBound(GROUP * KS_PAGE) + 1024;
-	c->buf = malloc(GROUP * KS_PAGE);
-	c->in = malloc(GROUP * KS_PAGE);
+	c->out_len = ZSTD_compressBound(GROUP_BYTES) + 1024;
+	if (compressBound(GROUP_BYTES) + 1024 > c->out_len)
+		c->out_len = compressBound(GROUP_BYTES) + 1024;
+	c->buf = malloc(GROUP_BYTES);
+	c->in = malloc(GROUP_BYTES);
 	c->out = malloc(c->out_len);
 	if (m == KVMSTATS_MIG_COMPRESS_ZSTD)
 		c->zc = ZSTD_createCCtx();
-	if (!c->buf || !c->in || !c->out || (m == KVMSTATS_MIG_COMPRESS_ZSTD && !c->zc))
+	if (!c->buf || !c->in || !c->out ||
+	    (m == KVMSTATS_MIG_COMPRESS_ZSTD && !c->zc))
 		return -ENOMEM;
 	err = ks_view_open(&c->v, pg);
 	return err;
@@ -106,7 +108,8 @@ static int cs_group(struct csample *c, size_t n, enum kvmstats_mig_compress m,
 		    int level, struct kvmstats_compress_estimate *e)
 {
 	kvmstats_zero_fn is_zero = kvmstats_zero__get(KVMSTATS_ZERO_BEST);
-	long got = ks_view_fetch(&c->v, c->refs, n, c->buf, c->addr, c->ok, c->ptr);
+	long got = ks_view_fetch(&c->v, c->refs, n, c->buf, c->addr, c->ok,
+				 c->ptr);
 	size_t used = 0;
 	long out;
 
@@ -120,9 +123,10 @@ static int cs_group(struct csample *c, size_t n, enum kvmstats_mig_compress m,
 	}
 	if (!used)
 		return 0;
-	out = m == KVMSTATS_MIG_COMPRESS_ZSTD ?
-		      zstd_group(c->zc, c->in, used, c->out, c->out_len, level) :
-		      deflate_group(c->in, used, c->out, c->out_len, level);
+	out = m == KVMSTATS_MIG_COMPRESS_ZSTD
+		      ? zstd_group(c->zc, c->in, used, c->out, c->out_len,
+				   level)
+		      : deflate_group(c->in, used, c->out, c->out_len, level);
 	if (out < 0)
 		return (int)out;
 	e->pages += used / KS_PAGE;
@@ -131,8 +135,9 @@ static int cs_group(struct csample *c, size_t n, enum kvmstats_mig_compress m,
 	return 0;
 }
 
-int ks_compress_sample(const struct kvmstats_pages *pg, enum kvmstats_mig_compress m,
-		       int level, uint64_t seed, uint32_t max_pages, double max_s,
+int ks_compress_sample(const struct kvmstats_pages *pg,
+		       enum kvmstats_mig_compress m, int level, uint64_t seed,
+		       uint32_t max_pages, double max_s,
 		       struct kvmstats_compress_estimate *e)
 {
 	uint64_t t0 = ks_now_ns(), n, *idx = NULL, s = ks_seed(seed);
@@ -155,7 +160,8 @@ int ks_compress_sample(const struct kvmstats_pages *pg, enum kvmstats_mig_compre
 		size_t k = n - i < GROUP ? (size_t)(n - i) : GROUP;
 
 		for (size_t j = 0; !err && j < k; j++)
-			err = ks_pages_nth(pg, idx[i + j], &c.refs[j].region, &c.refs[j].page);
+			err = ks_pages_nth(pg, idx[i + j], &c.refs[j].region,
+					   &c.refs[j].page);
 		if (!err)
 			err = cs_group(&c, k, m, level, e);
 		if (ks_secs(ks_now_ns() - t0) > max_s)
@@ -168,8 +174,9 @@ int ks_compress_sample(const struct kvmstats_pages *pg, enum kvmstats_mig_compre
 		return err;
 	e->valid = e->in_bytes > 0;
 	e->ratio = e->valid ? (double)e->out_bytes / (double)e->in_bytes : 1;
-	snprintf(e->note, sizeof(e->note), "%s level %d: %" PRIu64 " sampled non-zero pages "
-		 "compress to %.1f%%", kvmstats_mig_compress_str(m), level, e->pages,
-		 100 * e->ratio);
+	snprintf(e->note, sizeof(e->note),
+		 "%s level %d: %" PRIu64 " sampled non-zero pages "
+		 "compress to %.1f%%",
+		 kvmstats_mig_compress_str(m), level, e->pages, 100 * e->ratio);
 	return 0;
 }

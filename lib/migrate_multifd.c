@@ -48,7 +48,8 @@ static bool counts_wire(const struct kvmstats_migrate_settings *s)
 
 static bool zero_in_channels(const struct kvmstats_migrate_settings *s)
 {
-	return s->qemu_major >= 9 && s->zero_detect == KVMSTATS_MIG_ZERO_MULTIFD;
+	return s->qemu_major >= 9 &&
+	       s->zero_detect == KVMSTATS_MIG_ZERO_MULTIFD;
 }
 
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s)
@@ -60,7 +61,8 @@ double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s)
  * against max-bandwidth), @wire as they go over the wire. */
 void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 		     const struct kvmstats_compress_estimate *c,
-		     const struct ks_mig_pages *pg, double *reported, double *wire)
+		     const struct ks_mig_pages *pg, double *reported,
+		     double *wire)
 {
 	bool zc = zero_in_channels(s);
 	double in_packets = pg->normal + (zc ? pg->zero : 0);
@@ -76,18 +78,22 @@ void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 		comp = c && c->valid ? raw * c->ratio : raw;
 		main_ch = 0;
 	}
-	*wire = main_ch + packets * MULTIFD_PACKET_BYTES + comp + KVMSTATS_QEMU_EOS_BYTES;
-	*reported = counts_wire(s) ? *wire :
-		    main_ch + packets * MULTIFD_PACKET_BYTES + raw + KVMSTATS_QEMU_EOS_BYTES;
+	*wire = main_ch + packets * MULTIFD_PACKET_BYTES + comp +
+		KVMSTATS_QEMU_EOS_BYTES;
+	*reported = counts_wire(s) ? *wire
+				   : main_ch + packets * MULTIFD_PACKET_BYTES +
+					     raw + KVMSTATS_QEMU_EOS_BYTES;
 }
 
 /* The rate the transfer runs at under max-bandwidth. */
 double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s)
 {
-	unsigned int inflight = s->channels < MULTIFD_INFLIGHT_MAX ? s->channels :
-				MULTIFD_INFLIGHT_MAX;
+	unsigned int inflight = s->channels < MULTIFD_INFLIGHT_MAX
+					? s->channels
+					: MULTIFD_INFLIGHT_MAX;
 
 	if (!counts_wire(s))
 		inflight = 1;
-	return s->bandwidth + inflight * MULTIFD_PAGES * KVMSTATS_PAGE_SIZE * 10.0;
+	return s->bandwidth +
+	       inflight * MULTIFD_PAGES * KVMSTATS_PAGE_SIZE * 10.0;
 }

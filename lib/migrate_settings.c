@@ -58,9 +58,12 @@ const char *kvmstats_mig_key_str(enum kvmstats_mig_key k)
 const char *kvmstats_mig_src_str(enum kvmstats_mig_src s)
 {
 	switch (s) {
-	case KVMSTATS_MIG_SRC_DEFAULT: return "default";
-	case KVMSTATS_MIG_SRC_QMP: return "qmp";
-	case KVMSTATS_MIG_SRC_OPTION: return "option";
+	case KVMSTATS_MIG_SRC_DEFAULT:
+		return "default";
+	case KVMSTATS_MIG_SRC_QMP:
+		return "qmp";
+	case KVMSTATS_MIG_SRC_OPTION:
+		return "option";
 	}
 	return "unknown";
 }
@@ -89,26 +92,40 @@ static const char *yes(bool b)
 }
 
 int kvmstats_migrate_settings__value(const struct kvmstats_migrate_settings *s,
-				     enum kvmstats_mig_key k, char *buf, size_t len)
+				     enum kvmstats_mig_key k, char *buf,
+				     size_t len)
 {
 	switch (k) {
-	case KVMSTATS_MIG_BANDWIDTH: return snprintf(buf, len, "%.0f", s->bandwidth);
-	case KVMSTATS_MIG_SWITCHOVER_BW: return snprintf(buf, len, "%.0f", s->switchover_bw);
-	case KVMSTATS_MIG_DOWNTIME: return snprintf(buf, len, "%.0f", s->downtime_s * 1e3);
-	case KVMSTATS_MIG_MULTIFD: return snprintf(buf, len, "%s", yes(s->multifd));
-	case KVMSTATS_MIG_CHANNELS: return snprintf(buf, len, "%u", s->channels);
+	case KVMSTATS_MIG_BANDWIDTH:
+		return snprintf(buf, len, "%.0f", s->bandwidth);
+	case KVMSTATS_MIG_SWITCHOVER_BW:
+		return snprintf(buf, len, "%.0f", s->switchover_bw);
+	case KVMSTATS_MIG_DOWNTIME:
+		return snprintf(buf, len, "%.0f", s->downtime_s * 1e3);
+	case KVMSTATS_MIG_MULTIFD:
+		return snprintf(buf, len, "%s", yes(s->multifd));
+	case KVMSTATS_MIG_CHANNELS:
+		return snprintf(buf, len, "%u", s->channels);
 	case KVMSTATS_MIG_COMPRESSION:
-		return snprintf(buf, len, "%s", kvmstats_mig_compress_str(s->compress));
-	case KVMSTATS_MIG_LEVEL: return snprintf(buf, len, "%d", s->level);
+		return snprintf(buf, len, "%s",
+				kvmstats_mig_compress_str(s->compress));
+	case KVMSTATS_MIG_LEVEL:
+		return snprintf(buf, len, "%d", s->level);
 	case KVMSTATS_MIG_ZERO_DETECT:
-		return snprintf(buf, len, "%s", kvmstats_mig_zero_str(s->zero_detect));
-	case KVMSTATS_MIG_AUTO_CONVERGE: return snprintf(buf, len, "%s", yes(s->auto_converge));
-	case KVMSTATS_MIG_THROTTLE_INITIAL: return snprintf(buf, len, "%u", s->throttle_initial);
+		return snprintf(buf, len, "%s",
+				kvmstats_mig_zero_str(s->zero_detect));
+	case KVMSTATS_MIG_AUTO_CONVERGE:
+		return snprintf(buf, len, "%s", yes(s->auto_converge));
+	case KVMSTATS_MIG_THROTTLE_INITIAL:
+		return snprintf(buf, len, "%u", s->throttle_initial);
 	case KVMSTATS_MIG_THROTTLE_INCREMENT:
 		return snprintf(buf, len, "%u", s->throttle_increment);
-	case KVMSTATS_MIG_XBZRLE: return snprintf(buf, len, "%s", yes(s->xbzrle));
-	case KVMSTATS_MIG_POSTCOPY: return snprintf(buf, len, "%s", yes(s->postcopy));
-	case KVMSTATS_MIG_NKEYS: break;
+	case KVMSTATS_MIG_XBZRLE:
+		return snprintf(buf, len, "%s", yes(s->xbzrle));
+	case KVMSTATS_MIG_POSTCOPY:
+		return snprintf(buf, len, "%s", yes(s->postcopy));
+	case KVMSTATS_MIG_NKEYS:
+		break;
 	}
 	return -EINVAL;
 }
@@ -127,14 +144,16 @@ void ks_migrate_defaults(struct kvmstats_migrate_settings *s)
 	s->level = 1;
 	s->throttle_initial = 20;
 	s->throttle_increment = 10;
-	s->zero_detect = maj >= 9 ? KVMSTATS_MIG_ZERO_MULTIFD : KVMSTATS_MIG_ZERO_LEGACY;
+	s->zero_detect =
+		maj >= 9 ? KVMSTATS_MIG_ZERO_MULTIFD : KVMSTATS_MIG_ZERO_LEGACY;
 }
 
 static bool get_int(struct json_object *o, const char *k, int64_t *v)
 {
 	struct json_object *j;
 
-	if (!json_object_object_get_ex(o, k, &j) || !json_object_is_type(j, json_type_int))
+	if (!json_object_object_get_ex(o, k, &j) ||
+	    !json_object_is_type(j, json_type_int))
 		return false;
 	*v = json_object_get_int64(j);
 	return *v >= 0;
@@ -144,23 +163,29 @@ static const char *get_str(struct json_object *o, const char *k)
 {
 	struct json_object *j;
 
-	if (!json_object_object_get_ex(o, k, &j) || !json_object_is_type(j, json_type_string))
+	if (!json_object_object_get_ex(o, k, &j) ||
+	    !json_object_is_type(j, json_type_string))
 		return NULL;
 	return json_object_get_string(j);
 }
 
 static void caps(struct kvmstats_migrate_settings *s, struct json_object *a)
 {
-	static const struct { const char *name; enum kvmstats_mig_key k; } map[] = {
-		{ "multifd", KVMSTATS_MIG_MULTIFD },
-		{ "auto-converge", KVMSTATS_MIG_AUTO_CONVERGE },
-		{ "xbzrle", KVMSTATS_MIG_XBZRLE },
-		{ "postcopy-ram", KVMSTATS_MIG_POSTCOPY },
+	static const struct {
+		const char *name;
+		enum kvmstats_mig_key k;
+	} map[] = {
+		{"multifd", KVMSTATS_MIG_MULTIFD},
+		{"auto-converge", KVMSTATS_MIG_AUTO_CONVERGE},
+		{"xbzrle", KVMSTATS_MIG_XBZRLE},
+		{"postcopy-ram", KVMSTATS_MIG_POSTCOPY},
 	};
-	bool *dst[] = { &s->multifd, &s->auto_converge, &s->xbzrle, &s->postcopy };
+	bool *dst[] = {&s->multifd, &s->auto_converge, &s->xbzrle,
+		       &s->postcopy};
 
 	for (size_t i = 0; json_object_is_type(a, json_type_array) &&
-			   i < json_object_array_length(a); i++) {
+			   i < json_object_array_length(a);
+	     i++) {
 		struct json_object *c = json_object_array_get_idx(a, i), *st;
 		const char *name = get_str(c, "capability");
 
@@ -200,7 +225,8 @@ static void params(struct kvmstats_migrate_settings *s, struct json_object *o)
 	if (str) {
 		int c = kvmstats_mig_compress_parse(str);
 
-		s->compress = c < 0 ? KVMSTATS_MIG_COMPRESS_OTHER : (enum kvmstats_mig_compress)c;
+		s->compress = c < 0 ? KVMSTATS_MIG_COMPRESS_OTHER
+				    : (enum kvmstats_mig_compress)c;
 		s->src[KVMSTATS_MIG_COMPRESSION] = KVMSTATS_MIG_SRC_QMP;
 	}
 	str = get_str(o, "zero-page-detection");
@@ -218,8 +244,12 @@ static void params(struct kvmstats_migrate_settings *s, struct json_object *o)
 		s->src[KVMSTATS_MIG_THROTTLE_INCREMENT] = KVMSTATS_MIG_SRC_QMP;
 	}
 	/* Both levels are read; the one of the compression in use counts. */
-	if (get_int(o, s->compress == KVMSTATS_MIG_COMPRESS_ZLIB ? "multifd-zlib-level" :
-		    "multifd-zstd-level", &v) && v <= 22) {
+	if (get_int(o,
+		    s->compress == KVMSTATS_MIG_COMPRESS_ZLIB
+			    ? "multifd-zlib-level"
+			    : "multifd-zstd-level",
+		    &v) &&
+	    v <= 22) {
 		s->level = (int)v;
 		s->src[KVMSTATS_MIG_LEVEL] = KVMSTATS_MIG_SRC_QMP;
 	}
@@ -230,8 +260,9 @@ static void version(struct kvmstats_migrate_settings *s, struct json_object *o)
 	struct json_object *q;
 	int64_t maj, min;
 
-	if (!json_object_object_get_ex(o, "qemu", &q) || !get_int(q, "major", &maj) ||
-	    !get_int(q, "minor", &min) || maj > 1000 || min > 1000)
+	if (!json_object_object_get_ex(o, "qemu", &q) ||
+	    !get_int(q, "major", &maj) || !get_int(q, "minor", &min) ||
+	    maj > 1000 || min > 1000)
 		return;
 	s->qemu_major = (unsigned int)maj;
 	s->qemu_minor = (unsigned int)min;
@@ -249,11 +280,13 @@ void ks_migrate_qmp(struct ks_qmp *q, uint64_t deadline,
 	json_object_put(o);
 	o = NULL;
 	ks_migrate_defaults(s);
-	if (!ks_qmp_call(q, "query-migrate-capabilities", NULL, deadline, &o, NULL, 0))
+	if (!ks_qmp_call(q, "query-migrate-capabilities", NULL, deadline, &o,
+			 NULL, 0))
 		caps(s, o);
 	json_object_put(o);
 	o = NULL;
-	if (!ks_qmp_call(q, "query-migrate-parameters", NULL, deadline, &o, NULL, 0))
+	if (!ks_qmp_call(q, "query-migrate-parameters", NULL, deadline, &o,
+			 NULL, 0))
 		params(s, o);
 	json_object_put(o);
 }
@@ -275,7 +308,8 @@ void ks_migrate_override(struct kvmstats_migrate_settings *s,
 	if (o->parallel) {
 		s->multifd = true;
 		s->channels = o->parallel;
-		s->src[KVMSTATS_MIG_MULTIFD] = s->src[KVMSTATS_MIG_CHANNELS] = opt;
+		s->src[KVMSTATS_MIG_MULTIFD] = s->src[KVMSTATS_MIG_CHANNELS] =
+			opt;
 	}
 	if (o->compress >= 0 && o->compress < KVMSTATS_MIG_COMPRESS_OTHER) {
 		s->compress = (enum kvmstats_mig_compress)o->compress;
