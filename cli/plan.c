@@ -630,6 +630,10 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 		jset(cj, "note", jstr(c->note));
 		jset(pred, "compression", cj);
 	}
+	if (s->auto_converge) {
+		jset(pred, "max_throttle_percent", json_object_new_int((int)d->max_throttle));
+		jset(pred, "throttled_seconds", jnum(d->throttled_s));
+	}
 	jset(pred, "not_modelled", jstr(d->not_modelled));
 }
 
@@ -780,6 +784,9 @@ static void print_settings(const struct kvmstats_plan *p)
 	}
 	if (d->compress.note[0])
 		printf("  compression: %s\n", d->compress.note);
+	if (s->auto_converge)
+		printf("  auto-converge: the guest's vCPUs throttled up to %u%% for %.2f s\n",
+		       d->max_throttle, d->throttled_s);
 	if (d->not_modelled[0])
 		printf("  not modelled: %s\n", d->not_modelled);
 }
@@ -892,7 +899,7 @@ static const struct cli_opt plan_opts[] = {
 	{ "compressed", OPT_COMPRESSED, 0, "zlib|zstd", "QEMU's",
 	  "multifd will compress with this (virsh --compressed)" },
 	{ "auto-converge", OPT_AUTO_CONVERGE, 0, NULL, NULL,
-	  "the migration will auto-converge (not modelled yet: said so)" },
+	  "the migration will auto-converge (its CPU throttle is modelled)" },
 	{ "postcopy", OPT_POSTCOPY, 0, NULL, NULL,
 	  "the migration may switch to post-copy (not modelled yet: said so)" },
 	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,

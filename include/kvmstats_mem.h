@@ -614,6 +614,10 @@ struct kvmstats_migrate_detail {
 	uint64_t packets;		/* multifd packets */
 	uint64_t wire_bytes;		/* what went over the wire (compressed) */
 	struct kvmstats_compress_estimate compress;
+	/* auto-converge: the highest CPU throttle the guest would suffer
+	 * (percent, 0: none) and for how long it is throttled at all. */
+	unsigned int max_throttle;
+	double throttled_s;
 	char not_modelled[160];		/* settings on that the model ignores */
 };
 

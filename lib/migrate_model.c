@@ -94,6 +94,43 @@ static double pass_bytes(const struct kvmstats_migrate_input *in, double zero,
 	       KVMSTATS_QEMU_EOS_BYTES;
 }
 
+/*
+ * Auto-converge, as QEMU's migration_trigger_throttle() and
+ * mig_throttle_guest_down() do it (7.2 to 10.0, read for facts only): at
+ * a dirty-bitmap sync at least a second after the previous period began,
+ * if the bytes dirtied in the period exceed throttle-trigger-threshold
+ * (50%) of the bytes sent in it for the second time, the throttle starts
+ * at cpu-throttle-initial or grows by cpu-throttle-increment, up to 99%.
+ * A throttled vCPU runs (100 - throttle)% of the time, so the guest's own
+ * time, on which its dirty curve is measured, advances that much slower.
+ */
+struct throttle {
+	bool on;
+	unsigned int pct, high;	/* current throttle, periods over threshold */
+	double period_t, period_sent, period_dirty;
+	double throttled_s;
+	unsigned int max;
+};
+
+static void throttle_sync(struct throttle *th, const struct kvmstats_migrate_settings *s,
+			  double now, double sent, double dirtied_pages)
+{
+	th->period_sent += sent;
+	th->period_dirty += dirtied_pages * KS_PAGE;
+	if (!th->on || now - th->period_t < 1.0)
+		return;
+	if (th->period_dirty > th->period_sent * 0.5 && ++th->high >= 2) {
+		th->high = 0;
+		th->pct = th->pct ? th->pct + s->throttle_increment : s->throttle_initial;
+		if (th->pct > 99)
+			th->pct = 99;
+		if (th->pct > th->max)
+			th->max = th->pct;
+	}
+	th->period_t = now;
+	th->period_sent = th->period_dirty = 0;
+}
+
 /* How one pass is sent, by the mechanism the settings pick. */
 struct mech {
 	const struct kvmstats_migrate_input *in;
@@ -142,6 +179,7 @@ static int run_model(const struct kvmstats_migrate_input *input,
 {
 	struct kvmstats_migrate_input in;
 	struct mech m = { &in, s, c, 0 };
+	struct throttle th = { .on = s && s->auto_converge };
 	double bw, thr, cap, bytes, t, total_b, total_t, pending, rate, lim;
 	uint32_t maxp;
 	int err = ks_opts_copy(&in, sizeof(in), input);
@@ -153,7 +191,7 @@ static int run_model(const struct kvmstats_migrate_input *input,
 	thr = bw * (in.downtime_s > 0 ? in.downtime_s : KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
 	/* The rate the transfer runs at: multifd's can exceed the limit. */
 	rate = s && s->multifd ? ks_multifd_bandwidth(s) * bw / s->bandwidth : bw;
-	maxp = in.max_passes ? in.max_passes : 30;
+	maxp = in.max_passes ? in.max_passes : th.on ? 300 : 30;
 	cap = (double)(in.zero_pages + in.nonzero_pages + in.unknown_pages);
 	out->assumed_clean = !in.curve || !in.npoints;
 	if (!out->assumed_clean && in.curve[in.npoints - 1].t > 0)
@@ -173,8 +211,12 @@ static int run_model(const struct kvmstats_migrate_input *input,
 	for (;;) {
 		double next_b, next_t;
 
+		/* The guest's own time runs slower under the throttle. */
+		if (th.pct)
+			th.throttled_s += t;
 		pending = out->assumed_clean ? 0 : kvmstats_dirty_curve_at(
-					in.curve, in.npoints, t, cap);
+					in.curve, in.npoints, t * (1 - th.pct / 100.0), cap);
+		throttle_sync(&th, s, total_t, bytes, pending);
 		next_b = pass_cost(&m, 0, pending, pending > 0 ? in.nblocks : 0);
 		next_t = next_b / rate;
 		if (compress_seconds(&m, pending) > next_t)
@@ -189,7 +231,9 @@ static int run_model(const struct kvmstats_migrate_input *input,
 			out->converges = true;
 			break;
 		}
-		if (next_b >= bytes * 0.95 || out->passes >= maxp) {
+		/* While auto-converge can still throttle harder, go on. */
+		if ((next_b >= bytes * 0.95 && (!th.on || th.pct >= 99)) ||
+		    out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
 				 "pass %u would still send %.0f MiB (%.0f pages "
 				 "dirtied in %.2f s) > %.0f MiB allowed in the "
@@ -206,6 +250,8 @@ static int run_model(const struct kvmstats_migrate_input *input,
 	out->bytes = (uint64_t)total_b;
 	out->seconds = total_t;
 	if (d) {
+		d->max_throttle = th.max;
+		d->throttled_s = th.throttled_s;
 		d->effective_bw = rate;
 		d->wire_bytes = (uint64_t)(m.wire + (s ? ks_migrate_fixed_bytes(s) : 0));
 	}
@@ -407,7 +453,6 @@ static void not_modelled(struct kvmstats_plan *p)
 	char *b = p->detail.not_modelled;
 	size_t len = sizeof(p->detail.not_modelled), k = 0;
 	const char *what[] = {
-		s->auto_converge ? "auto-converge (its throttle slows the guest's dirtying)" : NULL,
 		s->postcopy ? "postcopy-ram (the switch to post-copy)" : NULL,
 		s->xbzrle ? "xbzrle (its delta encoding)" : NULL,
 		s->multifd && s->compress == KVMSTATS_MIG_COMPRESS_OTHER ?

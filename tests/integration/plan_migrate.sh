@@ -201,6 +201,21 @@ check "options-zstd: the JSON says each setting's source (multifd from the optio
 	.settings["max-bandwidth"].value == "33554432" and
 	.settings["downtime-limit"].value == "300" and .compression.ratio < 0.1' "$LAST_JSON"
 
+# What is on but not modelled is said plainly; -v lists every setting and
+# its source.
+"$KVMSTATS" plan --pid "$PID_comp" --method pagemap --interval 0 --auto-converge \
+	--postcopy -v >"$TMP/table" 2>&1
+check "postcopy asked for: the table says it is not modelled" \
+	grep -q "on but not modelled: postcopy-ram" "$TMP/table"
+check "auto-converge asked for: -v says the throttle the guest would suffer" \
+	grep -q "auto-converge: the guest's vCPUs throttled up to" "$TMP/table"
+check "-v lists each setting with its source" \
+	grep -Eq "^ +auto-converge +true +\(option\)" "$TMP/table"
+check "-v: multifd-channels read from QEMU" \
+	grep -Eq "^ +multifd-channels +4 +\(qmp\)" "$TMP/table"
+check "a bad --compressed is a usage error" test "$("$KVMSTATS" plan --compressed lz4 \
+	--pid "$PID_comp" >/dev/null 2>&1; echo $?)" = 2
+
 echo "# QEMU $VER, max-bandwidth 32 MiB/s, downtime-limit 300 ms, 256 MiB guests"
 echo "# case                    predicted B   QEMU sent B  pred s   QEMU s"
 printf '%s' "$TABLE"
