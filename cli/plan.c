@@ -858,6 +858,15 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 			print_estimates(&rows[i], cli->verbose > 0);
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p && rows[i].res->predicted &&
+		    !kvmstats_plan__settings(rows[i].p)->qemu_major)
+			printf("\npid %d: QEMU's migration settings were not read (%s): its "
+			       "defaults (QEMU 7.2's) and the options were used\n",
+			       (int)rows[i].pid,
+			       kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))[0] ?
+				       safe_str(kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))) :
+				       "no QMP");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p && rows[i].res->predicted &&
 		    kvmstats_plan__detail(rows[i].p)->not_modelled[0])
 			printf("\npid %d: on but not modelled: %s\n", (int)rows[i].pid,
 			       kvmstats_plan__detail(rows[i].p)->not_modelled);
