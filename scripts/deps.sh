@@ -6,7 +6,7 @@
 set -eu
 
 build="gcc make pkg-config libjson-c-dev libncurses-dev libmicrohttpd-dev
-libcap-ng-dev zlib1g-dev libyaml-dev libcrypt-dev"
+libcap-ng-dev zlib1g-dev libzstd-dev libyaml-dev libcrypt-dev"
 test="$build libvirt-dev libcmocka-dev clang libclang-rt-dev llvm
 qemu-system-x86 jq tmux prometheus wrk binutils socat procps psmisc
 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
