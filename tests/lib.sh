@@ -120,6 +120,32 @@ qmp() {
 	} | timeout 10 socat - "UNIX-CONNECT:$sock" | grep -v '"QMP"'
 }
 
+# q NAME JSON: one QMP command on $TMP/NAME.qmp, its reply on stdout
+# (greeting and events dropped); waits for the reply itself, bounded
+# (scaled under emulation), rather than a fixed time.
+q() {
+	local line n=0 t
+	t=$(slow 30)
+	coproc QMPC { timeout "$t" socat - "UNIX-CONNECT:$TMP/$1.qmp" 2>/dev/null; }
+	echo '{"execute":"qmp_capabilities"}' >&"${QMPC[1]}"
+	echo "$2" >&"${QMPC[1]}"
+	while IFS= read -r -t "$t" line <&"${QMPC[0]}"; do
+		case $line in *'"QMP"'* | *'"event"'*) continue ;; esac
+		n=$((n + 1))
+		if [ "$n" = 2 ]; then
+			echo "$line"
+			break
+		fi
+	done
+	eval "exec ${QMPC[1]}>&-"
+	wait "$QMPC_PID" 2>/dev/null
+}
+
+# within A B PCT: |A - B| <= PCT% of B
+within() {
+	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
+}
+
 # without_kvm CMD...: run CMD (as root) in a private mount namespace whose
 # /dev is a fresh tmpfs with the usual nodes, its own ptys, and no kvm:
 # a host without KVM, for the offline paths.

@@ -52,35 +52,11 @@ ready() {
 	wait_ready "$1" "$pid" 120
 }
 
-# q NAME JSON: one QMP command, its reply on stdout (events dropped);
-# waits for the reply itself (bounded) rather than a fixed time.
-q() {
-	local line n=0
-	coproc QMPC { timeout 60 socat - "UNIX-CONNECT:$TMP/$1.qmp" 2>/dev/null; }
-	echo '{"execute":"qmp_capabilities"}' >&"${QMPC[1]}"
-	echo "$2" >&"${QMPC[1]}"
-	while IFS= read -r -t 60 line <&"${QMPC[0]}"; do
-		case $line in *'"QMP"'* | *'"event"'*) continue ;; esac
-		n=$((n + 1))
-		if [ "$n" = 2 ]; then
-			echo "$line"
-			break
-		fi
-	done
-	eval "exec ${QMPC[1]}>&-"
-	wait "$QMPC_PID" 2>/dev/null
-}
-
 # Rss (KiB) of the VMM's guest-RAM-sized mappings (>= 128 MiB), from the
 # kernel: a page faulted in by reading would show here.
 ram_rss() {
 	awk '/^[0-9a-f]+-[0-9a-f]+ /{big=0} /^Size:/{big=($2>=131072)}
 	     /^Rss:/{if(big)s+=$2} END{print s+0}' "/proc/$1/smaps"
-}
-
-# within A B PCT: |A - B| <= PCT% of B
-within() {
-	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
 }
 
 guest_sha() {

@@ -35,30 +35,6 @@ if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
 fi
 VER=$(qemu_version)
 
-# q NAME JSON: one QMP command on NAME's socket, its reply on stdout
-# (greeting and events dropped); bounded.
-q() {
-	local line n=0
-	coproc QMPC { timeout 20 socat - "UNIX-CONNECT:$TMP/$1.qmp" 2>/dev/null; }
-	echo '{"execute":"qmp_capabilities"}' >&"${QMPC[1]}"
-	echo "$2" >&"${QMPC[1]}"
-	while IFS= read -r -t 20 line <&"${QMPC[0]}"; do
-		case $line in *'"QMP"'* | *'"event"'*) continue ;; esac
-		n=$((n + 1))
-		if [ "$n" = 2 ]; then
-			echo "$line"
-			break
-		fi
-	done
-	eval "exec ${QMPC[1]}>&-"
-	wait "$QMPC_PID" 2>/dev/null
-}
-
-# within A B PCT: |A - B| <= PCT% of B
-within() {
-	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
-}
-
 # setup NAME CAPS PARAMS: migration capabilities (a JSON array) and
 # parameters (a JSON object) on NAME.
 setup() {
