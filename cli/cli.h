@@ -205,6 +205,11 @@ struct kvmstats_host *target_host_new(struct cli *cli,
 bool target_selected(const struct target_args *a, struct kvmstats_vmm *v);
 /* Print the host's open errors (VMMs asked for by pid); returns count. */
 int target_report_errors(struct cli *cli, struct kvmstats_host *h);
+/* After a sweep begun at @since (CLOCK_MONOTONIC): read again, for at
+ * most @max_ns, the readers whose data is older (QMP, libvirt polls).
+ * @a: only the VMMs it selects (NULL: all). */
+void target_settle(struct kvmstats_host *h, const struct target_args *a,
+		   uint64_t since, uint64_t max_ns);
 
 /* One reading's worth of targets: the host's VMMs (filtered) and files. */
 struct target_set {

@@ -564,6 +564,9 @@ static bool sleep_until(struct rec *r, uint64_t deadline)
 	return false;
 }
 
+/* How long a sample waits for the QMP and libvirt polls it asked for. */
+#define SETTLE_MAX_NS (500 * 1000000ull)
+
 static int run(struct rec *r)
 {
 	uint64_t ival = (uint64_t)(r->interval * 1e9), rfr = (uint64_t)(r->refresh * 1e9);
@@ -582,7 +585,11 @@ static int run(struct rec *r)
 				return EXIT_FAIL;
 			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
 		}
+		now = now_ns(CLOCK_MONOTONIC);
 		kvmstats_host__sweep(r->host);
+		/* QMP and libvirt readings of this sweep, not the last one's:
+		 * the first line's rates span the first interval. */
+		target_settle(r->host, NULL, now, ival / 4 < SETTLE_MAX_NS ? ival / 4 : SETTLE_MAX_NS);
 		if (choose(r))
 			return EXIT_FAIL;
 		if (r->a.npids && had_vmms && !kvmstats_host__num_vmms(r->host)) {

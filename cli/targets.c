@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -179,6 +180,77 @@ int target_report_errors(struct cli *cli, struct kvmstats_host *h)
 		e += len + (nl != NULL);
 	}
 	return n;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Read @r again if its latest reading is older than @since: true when it
+ * still is (a failed reader is done: it shows as unknown). */
+static bool settle_reader(struct kvmstats_reader *r, uint64_t since)
+{
+	const struct kvmstats_sample *smp;
+
+	if (!r || kvmstats_reader__error(r))
+		return false;
+	smp = kvmstats_reader__cur(r);
+	if (smp && smp->time_ns >= since)
+		return false;
+	/* A reader read in the background stamps its own data's time. */
+	if (kvmstats_reader__sweep(r, mono_ns()))
+		return false;
+	smp = kvmstats_reader__cur(r);
+	return !smp || smp->time_ns < since;
+}
+
+static bool settle_pass(struct kvmstats_host *h, const struct target_args *a,
+			uint64_t since)
+{
+	bool stale = false;
+
+	for (size_t i = 0; i < kvmstats_host__num_vmms(h); i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(h, i);
+
+		if (a && !target_selected(a, v))
+			continue;
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			int index;
+
+			stale |= settle_reader(kvmstats_vm__reader(vm), since);
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
+				stale |= settle_reader(
+					kvmstats_vm__vcpu(vm, k, &index), since);
+		}
+	}
+	return stale;
+}
+
+/*
+ * A QMP or libvirt reading serves the data of the poll that the previous
+ * reading asked for: right after a sweep begun at @since, it is as old as
+ * the time since that reading (a whole interval), or older than the
+ * program for the first one. Read those readers again, every 20 ms for at
+ * most @max_ns, until their data was taken after @since; readers that
+ * were fresh are left alone, so that their previous reading stays one
+ * sweep back. Every reading is then the host as it was at the sweep, and
+ * two sweeps an interval apart measure that interval whatever the source.
+ */
+void target_settle(struct kvmstats_host *h, const struct target_args *a,
+		   uint64_t since, uint64_t max_ns)
+{
+	uint64_t end = since + max_ns;
+
+	while (settle_pass(h, a, since) && mono_ns() < end) {
+		struct timespec ts = {0, 20 * 1000000L};
+
+		nanosleep(&ts, NULL);
+	}
 }
 
 bool target_args_host(const struct target_args *a)

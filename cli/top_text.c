@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sanitize.h"
 #include "top.h"
@@ -204,6 +205,26 @@ static struct json_object *series_json(const struct top_opts *o,
 	return obj;
 }
 
+/* The window the rates span, as wall-clock times (seconds since the
+ * epoch) of its two readings: each reading's own time, which for a QMP
+ * or libvirt source is its poll's, not the sweep's. */
+static void add_window(struct json_object *j, const struct top_series *s)
+{
+	struct timespec rt, mono;
+	double off;
+
+	if (s->n < 2)
+		return;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	off = (double)rt.tv_sec - (double)mono.tv_sec +
+	      (double)(rt.tv_nsec - mono.tv_nsec) / 1e9;
+	json_object_object_add(j, "from",
+			       json_object_new_double((double)s->t_prev / 1e9 + off));
+	json_object_object_add(j, "to",
+			       json_object_new_double((double)s->t_cur / 1e9 + off));
+}
+
 static struct json_object *vm_json(const struct top_opts *o,
 				   const struct top_vm *vm)
 {
@@ -217,6 +238,7 @@ static struct json_object *vm_json(const struct top_opts *o,
 	json_object_object_add(j, "id", json_object_new_string(vm->id));
 	json_object_object_add(j, "source", json_object_new_string(vm->source));
 	json_object_object_add(j, "interval", num_or_null(dt));
+	add_window(j, vm->sum.schema ? &vm->sum : &vm->stats);
 	json_object_object_add(j, "stats", series_json(o, &vm->stats));
 	json_object_object_add(j, "vcpu_sum", series_json(o, &vm->sum));
 	for (size_t i = 0; i < vm->nvcpus; i++) {
