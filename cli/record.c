@@ -227,6 +227,7 @@ static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
 {
 	const struct kvmstats_sample *cur = kvmstats_reader__cur(rd);
 	const struct kvmstats_sample *prev = kvmstats_reader__prev(rd);
+	const uint64_t *miss = kvmstats_reader__missing(rd);
 	const struct kvmstats_stat **st;
 
 	if (!cur || kvmstats_reader__error(rd))
@@ -238,7 +239,10 @@ static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
 		struct column *col = &r->cols[c];
 		double v;
 
-		if (!st[c])
+		/* A stat the source refused stays missing ("-", null, an
+		 * empty CSV field) unless another target knows it. */
+		if (!st[c] || (miss && (miss[kvmstats_stat__index(st[c]) / 64] >>
+					(kvmstats_stat__index(st[c]) % 64)) & 1))
 			continue;
 		v = (double)kvmstats_stat__values(st[c], cur->data)[0];
 		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_CUMULATIVE && !totals) {

@@ -111,9 +111,10 @@ static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j)
 	/* A failed read keeps the previous reading: the next frame's rate
 	 * spans both intervals and stays right. */
 	smp = r ? kvmstats_reader__cur(r) : NULL;
-	if (smp && !kvmstats_reader__error(r))
-		series_feed(m, &tv->stats, kvmstats_reader__schema(r),
-			    smp->data, smp->time_ns, false);
+	if (smp && !kvmstats_reader__error(r) &&
+	    !series_feed(m, &tv->stats, kvmstats_reader__schema(r),
+			 smp->data, smp->time_ns, false))
+		series_missing(&tv->stats, kvmstats_reader__missing(r));
 	for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
 		struct top_series *s;
 		int index;
@@ -123,9 +124,9 @@ static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j)
 		if (!smp || kvmstats_reader__error(r))
 			continue;
 		s = model_vcpu(tv, index);
-		if (s)
-			series_feed(m, s, kvmstats_reader__schema(r), smp->data,
-				    smp->time_ns, false);
+		if (s && !series_feed(m, s, kvmstats_reader__schema(r),
+				      smp->data, smp->time_ns, false))
+			series_missing(s, kvmstats_reader__missing(r));
 	}
 }
 
@@ -186,8 +187,8 @@ static void replay_entry(struct top_src *src, struct top_model *m,
 	if (e->error < 0 || !e->data || !e->schema)
 		return;
 	s = tg->vcpu < 0 ? &vm->stats : model_vcpu(vm, tg->vcpu);
-	if (s)
-		series_feed(m, s, e->schema, e->data, t, restart);
+	if (s && !series_feed(m, s, e->schema, e->data, t, restart))
+		series_missing(s, e->missing);
 }
 
 /* Frames are recorded samples at least one interval apart (recorded

@@ -53,6 +53,13 @@ static void print_stat(const struct top_series *s,
 	unsigned int type = kvmstats_stat__type(st);
 	double sh;
 
+	if (!series_known(s, st)) {
+		/* Refused or not kept by the source: not a 0. */
+		printf("  %-30s %12s %12s %6s  %s\n",
+		       safe_str(kvmstats_stat__name(st)), "n/a", "n/a", "",
+		       "(unknown)");
+		return;
+	}
 	if (stat_is_hist(st)) {
 		uint64_t h[kvmstats_stat__size(st)];
 		double dt = series_interval_s(s);
@@ -106,6 +113,8 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 		printf("\nVM %s  pid %d  id %s  source %s  vcpus %zu\n",
 		       vm_label(vm, label, sizeof(label)), (int)vm->pid, safe_str(vm->id),
 		       vm->source, vm->nvcpus);
+		if (vm_unknown(vm))
+			printf("  no counter readable: %s\n", vm_unknown(vm));
 		printf("  %-30s %12s %12s %6s\n", "stat", "total", "rate/s",
 		       "%total");
 		print_series(o, &vm->stats, 1);
@@ -166,6 +175,18 @@ static struct json_object *stat_obj(const struct top_series *s,
 	unsigned int type = kvmstats_stat__type(st);
 	unsigned int unit = kvmstats_stat__unit(st);
 
+	if (!series_known(s, st)) {
+		/* Unknown: null values, never 0. */
+		o = json_object_new_object();
+		json_object_object_add(o, "type", json_object_new_string(
+				kvmstats_type_str(type)));
+		json_object_object_add(o, "value", NULL);
+		if (type == KVMSTATS_TYPE_CUMULATIVE) {
+			json_object_object_add(o, "total", NULL);
+			json_object_object_add(o, "rate", NULL);
+		}
+		return o;
+	}
 	if (stat_is_hist(st))
 		o = hist_json(s, st);
 	else
@@ -237,6 +258,8 @@ static struct json_object *vm_json(const struct top_opts *o,
 	json_object_object_add(j, "vm", json_object_new_int(vm->vm));
 	json_object_object_add(j, "id", json_object_new_string(vm->id));
 	json_object_object_add(j, "source", json_object_new_string(vm->source));
+	json_object_object_add(j, "unknown", vm_unknown(vm) ? json_object_new_string(
+				       vm_unknown(vm)) : NULL);
 	json_object_object_add(j, "interval", num_or_null(dt));
 	add_window(j, vm->sum.schema ? &vm->sum : &vm->stats);
 	json_object_object_add(j, "stats", series_json(o, &vm->stats));

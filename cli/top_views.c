@@ -348,10 +348,11 @@ static void vm_title(struct top_ui *ui, int y, const struct top_vm *vm)
 	since_text(ui, s, since, sizeof(since));
 	if (COLS >= 100)
 		snprintf(id, sizeof(id), "  %s", vm->id);
-	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  rates/%.2g s  %s",
+	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  rates/%.2g s  %s%s%s",
 	    vm_label(vm, label, sizeof(label)), (int)vm->pid, id, vm->source,
 	    vm->nvcpus, vm->nvcpus == 1 ? "" : "s", isnan(dt) ? 0.0 : dt,
-	    since);
+	    since, vm_unknown(vm) ? "  no counter readable: " : "",
+	    vm_unknown(vm) ? vm_unknown(vm) : "");
 }
 
 static void vm_draw(struct top_ui *ui, int y, int rows)
