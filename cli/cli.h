@@ -205,6 +205,21 @@ struct kvmstats_host *target_host_new(struct cli *cli,
 bool target_selected(const struct target_args *a, struct kvmstats_vmm *v);
 /* Print the host's open errors (VMMs asked for by pid); returns count. */
 int target_report_errors(struct cli *cli, struct kvmstats_host *h);
+/* Processes of other users whose fds we may not look at, so that a VMM
+ * among them is invisible; vmms: how many of those are known VMMs. */
+struct target_hidden {
+	int procs, vmms;
+};
+int target_hidden(struct target_hidden *out);
+/* Is @pid a process whose fds we may not look at? */
+bool target_pid_hidden(pid_t pid);
+/* Warn (stderr) that other users' VMMs are hidden, if they may be;
+ * returns how many processes are hidden. */
+int target_warn_hidden(struct cli *cli);
+/* An explicit --qmp that @v is not read through: said, and true (the
+ * caller leaves @v out and fails). */
+bool target_qmp_unused(struct cli *cli, const struct target_args *a,
+		       struct kvmstats_vmm *v);
 /* After a sweep begun at @since (CLOCK_MONOTONIC): read again, for at
  * most @max_ns, the readers whose data is older (QMP, libvirt polls).
  * @a: only the VMMs it selects (NULL: all). */

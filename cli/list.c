@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "sanitize.h"
@@ -356,6 +357,14 @@ static int collect(struct cli *cli, const struct target_args *a,
 
 			for (int j = 0; j < np; j++)
 				vmm |= pids[j] == a->pids[i];
+			if (!vmm && target_pid_hidden(a->pids[i])) {
+				cli_err(cli, "pid %d: its fds cannot be seen by uid %d "
+					"(not root, no CAP_SYS_PTRACE): run as root "
+					"to see whether it is a VMM",
+					(int)a->pids[i], (int)geteuid());
+				bad++;
+				continue;
+			}
 			if (!vmm) {
 				cli_err(cli, "pid %d is not a VMM (it holds no KVM VM fd)",
 					(int)a->pids[i]);
@@ -411,7 +420,7 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 	struct vmm_row *rows = NULL;
 	struct target_args a;
 	size_t n = 0, kept = 0;
-	int bad, ret;
+	int bad, ret, hidden;
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
@@ -422,6 +431,8 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 	bad = collect(cli, &a, &rows, &n);
 	if (bad < 0)
 		goto out;
+	/* Other users' VMMs this user cannot see: said, never "none". */
+	hidden = a.npids ? 0 : target_warn_hidden(cli);
 	for (size_t i = 0; i < n; i++) {
 		struct vmm_row *row = &rows[i];
 
@@ -443,7 +454,10 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 		print_csv(rows, n);
 	else if (n)
 		print_table(rows, n);
-	else
+	else if (hidden)
+		printf("no VMM visible to uid %d; other users' VMMs are hidden "
+		       "from it (run as root to see them)\n", (int)geteuid());
+	else if (!bad)
 		printf("no VMM on this host (no process holds a KVM VM fd)\n");
 	if (cli->format == OUT_TABLE && cli->verbose > 0)
 		print_details(rows, n);

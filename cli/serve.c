@@ -647,6 +647,8 @@ static int run(struct server *s)
 			s->cli->prog, s->cli->cmd,
 			s->have_web && web_config_tls(&s->web) ? "https" : "http",
 			s->addr, s->o.path, nvmms);
+	if (!s->targs->npids)
+		target_warn_hidden(s->cli);	/* other users' VMMs */
 	write_ready(s);
 	main_loop(s, &set);
 	return EXIT_OK;

@@ -288,6 +288,8 @@ static int run_once(struct cli *cli, const struct top_opts *o,
 	int n;
 
 	src->settle = true;
+	if (src->ops == &live_ops && !src->args->npids)
+		target_warn_hidden(cli);	/* other users' VMMs */
 	n = src->ops->frame(src, m);
 	if (n > 0 && src->ops == &live_ops) {
 		/* Pids asked for that no source serves are an error. */
