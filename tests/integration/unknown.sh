@@ -94,3 +94,13 @@ check "serve: no series for a refused counter (kvm_vcpu_exits)" \
 	bash -c "! grep -Eq '^kvm_(vcpu|vm)_exits\\{[^}]*pid=\"$P\"' '$TMP/m.txt'"
 check "serve: the failed reads are counted (kvmstats_source_read_errors_total{source=\"debugfs\"} > 0)" \
 	awk '/^kvmstats_source_read_errors_total\{source="debugfs"\}/ && $2 > 0 { ok = 1 } END { exit !ok }' "$TMP/m.txt"
+
+# list -v: why each source cannot read the counters, and what would.
+"$KVMSTATS" list -v --pid "$P" >"$TMP/list.txt" 2>&1
+sed -n '/sources tried/,$p' "$TMP/list.txt" | sed 's/^/# /'
+check "list -v: debugfs is refused by the kernel (lockdown)" \
+	grep -q 'debugfs: the kernel refuses its counter files (lockdown)' "$TMP/list.txt"
+check "list -v: fd: the VMM holds no stats fd" \
+	grep -q 'fd: it holds no stats fd' "$TMP/list.txt"
+check "list -v: says --attach would read the counters" \
+	grep -q 'counters: none of the sources tried reads them; --attach would' "$TMP/list.txt"
