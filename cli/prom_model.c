@@ -422,7 +422,7 @@ static void model_clear(struct prom_model *m)
 	m->labels = NULL;
 	m->nfams = m->nmaps = m->ntargets = 0;
 	m->labels_len = m->labels_cap = m->max_labels = 0;
-	m->vmms = m->skipped = 0;
+	m->vmms = m->skipped = m->summed_vcpus = 0;
 }
 
 void prom_model_free(struct prom_model *m)
@@ -464,7 +464,8 @@ static int visit(struct prom_model *m, const struct kvmstats_host *h,
 			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
 				struct kvmstats_reader *r = kvmstats_vm__vcpu(vm, k, &index);
 
-				err = fn(m, arg, v, j, index, r);
+				/* Index -1 among vCPUs: a sum of them all. */
+				err = fn(m, arg, v, j, index < 0 ? PROM_VCPU_SUM : index, r);
 				if (err)
 					return err;
 			}
@@ -505,6 +506,9 @@ static int put_labels(struct prom_model *m, struct kvmstats_vmm *v, size_t vm,
 	if (vcpu >= 0)
 		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\",vcpu=\"%d\"",
 			     (int)kvmstats_vmm__pid(v), name, vm, vcpu);
+	else if (vcpu == PROM_VCPU_SUM)
+		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\",vcpu=\"sum\"",
+			     (int)kvmstats_vmm__pid(v), name, vm);
 	else
 		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\"",
 			     (int)kvmstats_vmm__pid(v), name, vm);
@@ -530,7 +534,23 @@ static int put_labels(struct prom_model *m, struct kvmstats_vmm *v, size_t vm,
 struct build {
 	pid_t last_pid;
 	uint64_t last_uid;
+	bool summed;	/* the VMM's vCPUs are counted */
 };
+
+/* vCPUs of a VMM whose vCPU stats come summed: its vCPU fds (all its
+ * VMs', counted once per VMM). */
+static size_t vcpu_fds(pid_t pid)
+{
+	struct kvmstats_proc_fd *fds;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+	size_t vcpus = 0;
+
+	for (int i = 0; i < n; i++)
+		vcpus += fds[i].kind == KVMSTATS_FD_VCPU;
+	if (n >= 0)
+		free(fds);
+	return vcpus;
+}
 
 static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 		      size_t vm, int vcpu, struct kvmstats_reader *r)
@@ -549,9 +569,14 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 	t->labels_len = (uint32_t)(m->labels_len - t->labels - 1);
 	if (b->last_uid != t->uid) {
 		b->last_uid = t->uid;
+		b->summed = false;
 		m->vmms++;
 	}
-	map = get_map(m, kvmstats_reader__schema(r), vcpu >= 0);
+	if (vcpu == PROM_VCPU_SUM && !b->summed) {
+		b->summed = true;
+		m->summed_vcpus += vcpu_fds(kvmstats_vmm__pid(v));
+	}
+	map = get_map(m, kvmstats_reader__schema(r), vcpu != PROM_VM);
 	if (!map)
 		return -ENOMEM;
 	n = map->n;
@@ -644,7 +669,7 @@ void prom_model_prepare(struct prom_model *m)
 		const struct kvmstats_sample *cur = kvmstats_reader__cur(t->r);
 		uint64_t age;
 
-		if (t->vcpu < 0)
+		if (t->vcpu == PROM_VM)
 			m->src_vms[t->src]++;
 		if (kvmstats_reader__error(t->r) || !cur) {
 			m->src_errors[t->src]++;
@@ -675,11 +700,13 @@ void prom_model_stats(const struct prom_model *m, struct prom_model_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->vmms = m->vmms;
 	for (size_t i = 0; i < m->ntargets; i++) {
-		if (m->targets[i].vcpu < 0)
+		if (m->targets[i].vcpu == PROM_VM)
 			st->vms++;
-		else
+		else if (m->targets[i].vcpu >= 0)
 			st->vcpus++;
 	}
+	/* A sum stands for every vCPU of its VMM, counted from its fds. */
+	st->vcpus += m->summed_vcpus;
 	st->families = m->nfams;
 	st->series = m->series;
 	st->skipped_stats = m->skipped;
