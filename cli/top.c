@@ -258,8 +258,14 @@ static int src_open(struct top_src *src, struct cli *cli,
 			.errbuf = why,
 			.errbuf_sz = sizeof(why)});
 	if (!src->log) {
-		cli_err(cli, "%s: %s", o->replay,
-			why[0] ? why : strerror(errno));
+		size_t n = strlen(o->replay);
+
+		/* The reader's reason may name the file already. */
+		if (!strncmp(why, o->replay, n) && why[n] == ':')
+			cli_err(cli, "%s", why);
+		else
+			cli_err(cli, "%s: %s", o->replay,
+				why[0] ? why : strerror(errno));
 		return -1;
 	}
 	return 0;

@@ -14,19 +14,37 @@
 
 /* ---- text ------------------------------------------------------------ */
 
+/* A column as wide as its widest cell: a long VM name (or a rate, a
+ * source) widens its column instead of shifting the ones after it. */
+static int col_width(const struct top_model *m, size_t c)
+{
+	char cell[160];
+	int w = top_cols[c].width;
+
+	for (size_t i = 0; i < m->nvms; i++) {
+		col_cell(&top_cols[c], m->vms[i], cell, sizeof(cell));
+		if ((int)strlen(cell) > w)
+			w = (int)strlen(cell);
+	}
+	return w;
+}
+
 static void print_list(const struct top_model *m)
 {
 	char cell[160];
+	int w[top_ncols];
 
-	for (size_t c = 0; c < top_ncols; c++)
+	for (size_t c = 0; c < top_ncols; c++) {
+		w[c] = col_width(m, c);
 		printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
-		       top_cols[c].width, top_cols[c].title);
+		       w[c], top_cols[c].title);
+	}
 	putchar('\n');
 	for (size_t i = 0; i < m->nvms; i++) {
 		for (size_t c = 0; c < top_ncols; c++) {
 			col_cell(&top_cols[c], m->vms[i], cell, sizeof(cell));
 			printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
-			       top_cols[c].width, cell);
+			       w[c], cell);
 		}
 		putchar('\n');
 	}

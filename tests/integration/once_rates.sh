@@ -105,10 +105,16 @@ compare() {
 }
 
 # ---- fd: a VMM that holds its stats fds, exits paced by the clock ----
-start_vmm --workload dirty --pages 1 --exits 10 --pass-hz 500 --hold-stats ||
+LONG=a-vm-name-much-longer-than-the-column-is-wide
+start_vmm --workload dirty --pages 1 --exits 10 --pass-hz 500 --hold-stats --name "$LONG" ||
 	{ fail "tinyvmm started"; exit 0; }
 compare "-1 through fds agrees with the kernel over the same window" \
 	"$VMM_PID" "--source fd" --source fd
+# A long name widens its column: the header and the row stay aligned.
+"$KVMSTATS" -1 --pid "$VMM_PID" --interval 0.2 >"$TMP/long.txt" 2>&1
+check "-1: a long VM name widens its column, the others stay aligned" \
+	awk -v n="$LONG" 'NR == 3 { h = length($0) } $0 ~ n && !/^VM / { r = length($0) }
+		END { exit !(h > 0 && h == r) }' "$TMP/long.txt"
 
 # ---- QEMU, busy: its vCPU rewrites memory forever ---------------------
 if ! have_qemu; then
@@ -141,8 +147,14 @@ agree "record --log's first line agrees with the kernel (qmp)" "$k" "$rate"
 
 # ---- debugfs: a slow read, or none where the kernel refuses it -------
 DBG=/sys/kernel/debug
-if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ] || [ ! -d "$DBG/kvm" ]; then
-	skip "-1 --source debugfs" "debugfs is not mounted (tests/integration/debugfs.sh mounts it)"
+# Mounted only if it is not, unmounted only if mounted here.
+mounted=0
+if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
+	mount -t debugfs none "$DBG" 2>/dev/null && mounted=1
+fi
+trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
+if [ ! -d "$DBG/kvm" ]; then
+	skip "-1 --source debugfs" "debugfs cannot be mounted here, or has no kvm directory"
 	exit 0
 fi
 dir=$(ls -d "$DBG/kvm/$Q"-* 2>/dev/null | head -1)
