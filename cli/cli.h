@@ -259,6 +259,11 @@ void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 /* A stat with its schema: {"value", "type", "unit", "base", "exponent"},
  * and for histograms "bucket_size" and "bounds" ([lo, hi) per bucket in
  * raw units, hi null for the last); @missing as for stats_json(). */
+/* Did @r's last reading give none of its counters (each one refused or
+ * not kept: a locked-down kernel's debugfs)? */
+bool reader_no_counter(const struct kvmstats_reader *r);
+/* Why a VM read through @source has no counter known, for the user. */
+const char *unknown_reason(const char *source);
 struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
 				       const void *data,
 				       const uint64_t *missing);

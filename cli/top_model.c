@@ -630,10 +630,7 @@ const char *vm_unknown(const struct top_vm *vm)
 	if (!any || (vm->stats.schema && !vm->stats.all_missing) ||
 	    (vm->sum.schema && !vm->sum.all_missing))
 		return NULL;
-	if (!strcmp(vm->source, "debugfs"))
-		return "debugfs refuses its counter files (kernel lockdown); "
-		       "--attach, or a VMM holding its stats fds, reads them";
-	return "its source gives none of its counters";
+	return unknown_reason(vm->source);
 }
 
 void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,

@@ -79,6 +79,13 @@ check "record --log --csv: a refused counter is an empty field" \
 check "record --log --json: a refused counter is null" \
 	jq -e '.rates.exits == null' "$TMP/log.json"
 
+"$KVMSTATS" dump --pid "$P" --source debugfs >"$TMP/dump.txt" 2>&1
+check "dump: the VM is marked, with the reason" \
+	grep -q 'no counter readable: debugfs refuses its counter files (kernel lockdown)' "$TMP/dump.txt"
+"$KVMSTATS" dump --pid "$P" --source debugfs --json >"$TMP/dump.json" 2>&1
+check "dump --json: null for a refused counter, and the VM's unknown says why" \
+	jq -e '.vms[0] | (.vcpus[0].stats.exits == null) and (.unknown | test("lockdown"))' "$TMP/dump.json"
+
 # serve: no series for what was refused; the reads count as failed.
 "$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/addr" --pid "$P" --source debugfs 2>"$TMP/serve.err" &
 S=$!
