@@ -216,6 +216,9 @@ bool target_pid_hidden(pid_t pid);
 /* Warn (stderr) that other users' VMMs are hidden, if they may be;
  * returns how many processes are hidden. */
 int target_warn_hidden(struct cli *cli);
+/* Warn about each VM of @v whose last sweep gave none of its counters
+ * (a locked-down kernel's debugfs): its numbers are all unknown. */
+int target_warn_unknown(struct cli *cli, struct kvmstats_vmm *v);
 /* An explicit --qmp that @v is not read through: said, and true (the
  * caller leaves @v out and fails). */
 bool target_qmp_unused(struct cli *cli, const struct target_args *a,

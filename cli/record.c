@@ -408,8 +408,13 @@ static void log_line(struct rec *r, uint64_t rt_ns, unsigned long sample)
 {
 	bool nonzero = false;
 
-	if (!r->cols_ready && (choose_columns(r) || !r->cols_ready))
-		return;
+	if (!r->cols_ready) {
+		/* Once: the VMs whose every counter is unknown, and why. */
+		for (size_t i = 0; i < r->nsel; i++)
+			target_warn_unknown(r->cli, r->sel[i]);
+		if (choose_columns(r) || !r->cols_ready)
+			return;
+	}
 	/* Rates need two readings; totals are there from the first. */
 	if (!r->past && sample == 0)
 		return;

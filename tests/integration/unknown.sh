@@ -69,13 +69,15 @@ check "-1 --json: null value, total and rate for a refused counter" \
 check "-1 --json: the VM says why nothing is known" \
 	jq -e '.vms[0].unknown | test("lockdown")' "$TMP/once.json"
 
-"$KVMSTATS" record --log --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.txt" 2>&1
+"$KVMSTATS" record --log --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.txt" 2>"$TMP/log.err"
 check "record --log: a refused counter is '-'" \
 	awk 'NR == 2 && $3 == "-"' "$TMP/log.txt"
-"$KVMSTATS" record --log --csv --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.csv" 2>&1
+check "record --log: warns that the VM has no counter readable, and why" \
+	grep -q "pid $P (unk), VM 0: no counter readable: debugfs refuses" "$TMP/log.err"
+"$KVMSTATS" record --log --csv --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.csv" 2>/dev/null
 check "record --log --csv: a refused counter is an empty field" \
 	awk -F, 'NR == 2 && $3 == "" && $2 != ""' "$TMP/log.csv"
-"$KVMSTATS" record --log --json --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.json" 2>&1
+"$KVMSTATS" record --log --json --count 2 --interval 0.3 --pid "$P" --source debugfs -f "$F" >"$TMP/log.json" 2>/dev/null
 check "record --log --json: a refused counter is null" \
 	jq -e '.rates.exits == null' "$TMP/log.json"
 
