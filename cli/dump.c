@@ -153,9 +153,11 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 		json_object_array_add(vcpus, c);
 	}
 	json_object_object_add(o, "vcpus", vcpus);
-	/* Every reader read: is any counter of the VM known? */
-	json_object_object_add(o, "unknown", vm_no_counter(vm) ? json_object_new_string(
-				       unknown_reason(kvmstats_vmm__source(v))) : NULL);
+	/* Every reader read: is any counter of the VM known? (Only said
+	 * when none is: a VM's JSON is otherwise that of a log's sample.) */
+	if (vm_no_counter(vm))
+		json_object_object_add(o, "unknown", json_object_new_string(
+					       unknown_reason(kvmstats_vmm__source(v))));
 	return o;
 }
 
