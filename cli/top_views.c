@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "top_ui.h"
 
@@ -116,6 +117,10 @@ static void list_draw(struct top_ui *ui, int y, int rows)
 			    ? "no VM found" : "reading...");
 	if (!n && !ui->m->nvms && ui->m->frames)
 		ui_put(y + 4, 2, 0, "%s", demo_hint());
+	/* Not "none": another user's VMMs are out of a user's sight. */
+	if (!n && !ui->m->nvms && ui->m->frames && !ui->replay && geteuid())
+		ui_put(y + 5, 2, 0, "other users' VMMs are hidden from uid %d "
+		       "unless it has CAP_SYS_PTRACE", (int)geteuid());
 	free(vis);
 }
 

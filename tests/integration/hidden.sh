@@ -71,3 +71,18 @@ rc=$?
 [ "$rc" = 1 ] && grep -q "is not read through it" "$TMP/q.err" && [ ! -s "$TMP/q.out" ] &&
 	pass "dump --qmp DEAD_SOCKET fails (rc 1), no table from another source" ||
 	fail "dump --qmp DEAD_SOCKET fails, no table from another source" "rc $rc: $(cat "$TMP/q.err")"
+
+# The live screen, as nobody: not just "no VM found".
+if command -v tmux >/dev/null; then
+	TMS=kshid-$$
+	tmux -L "$TMS" new-session -d -s hid -x 100 -y 30 \
+		"setpriv --reuid=nobody --regid=nogroup --clear-groups $KVMSTATS top"
+	seen=1
+	wait_until "$(slow 50)" bash -c "tmux -L $TMS capture-pane -p -t hid | grep -q 'VMMs are hidden from uid'" || seen=0
+	tmux -L "$TMS" capture-pane -p -t hid | grep -v '^$' | sed 's/^/# /' | tail -4
+	tmux -L "$TMS" kill-server 2>/dev/null
+	[ "$seen" = 1 ] && pass "top's screen as nobody says other users' VMMs are hidden" ||
+		fail "top's screen as nobody says other users' VMMs are hidden"
+else
+	skip "top's screen as nobody" "tmux is not installed"
+fi
