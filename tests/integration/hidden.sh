@@ -50,13 +50,19 @@ as_nobody plan --methods pagemap >"$TMP/plan.out" 2>"$TMP/plan.err" ||
 check "plan as nobody: warns that other users' VMMs are hidden" \
 	grep -q "cannot be seen by uid" "$TMP/plan.err"
 
+mkdir -m 777 "$TMP/rw"
 setpriv --reuid=nobody --regid=nogroup --clear-groups "$KVMSTATS" serve \
-	--listen 127.0.0.1:0 --ready "$TMP/addr" 2>"$TMP/serve.err" &
+	--listen 127.0.0.1:0 --ready "$TMP/rw/addr" 2>"$TMP/serve.err" &
 S=$!
 track "$S"
-wait_file "$TMP/addr" "$(slow 10)"
+wait_until "$(slow 100)" test -s "$TMP/rw/addr"
 check "serve as nobody: warns that other users' VMMs are hidden" \
 	grep -q "cannot be seen by uid" "$TMP/serve.err"
+curl -sS --max-time 20 "http://$(cat "$TMP/rw/addr")/metrics" >"$TMP/m.txt" 2>"$TMP/curl.err" || sed "s/^/# /" "$TMP/curl.err"
+grep -E "^kvmstats_hidden" "$TMP/m.txt" | sed "s/^/# /"
+check "serve as nobody: kvmstats_hidden_processes > 0, kvmstats_hidden_vmms >= 0" \
+	awk '/^kvmstats_hidden_processes / && $2 > 0 { p = 1 } /^kvmstats_hidden_vmms / { v = 1 }
+		END { exit !(p && v) }' "$TMP/m.txt"
 kill "$S" 2>/dev/null
 
 # An explicit --qmp that cannot be used: an error, not another source.
