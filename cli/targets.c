@@ -122,17 +122,21 @@ static bool other_source(const struct target_args *a, const char *want)
 	return a->source && strcmp(a->source, "auto") && strcmp(a->source, want);
 }
 
-/* A --qmp socket that cannot be used is an error, never a silent fall
- * back to another source (a debugfs table of n/a, say). Whether QEMU
- * answers on it is the qmp source's to find out. */
+/* A --qmp socket that cannot be used is an error (status 1: a socket
+ * comes and goes), never a silent fall back to another source (a debugfs
+ * table of n/a, say). Whether QEMU answers on it is found out later. */
 static int qmp_usable(struct cli *cli, const char *path)
 {
 	struct stat st;
 
-	if (stat(path, &st))
-		return cli_bad(cli, "--qmp %s: %s", path, strerror(errno));
-	if (!S_ISSOCK(st.st_mode))
-		return cli_bad(cli, "--qmp %s: not a socket", path);
+	if (stat(path, &st)) {
+		cli_err(cli, "--qmp %s: %s", path, strerror(errno));
+		return EXIT_FAIL;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		cli_err(cli, "--qmp %s: not a socket", path);
+		return EXIT_FAIL;
+	}
 	return 0;
 }
 
