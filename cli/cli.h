@@ -205,6 +205,29 @@ struct kvmstats_host *target_host_new(struct cli *cli,
 bool target_selected(const struct target_args *a, struct kvmstats_vmm *v);
 /* Print the host's open errors (VMMs asked for by pid); returns count. */
 int target_report_errors(struct cli *cli, struct kvmstats_host *h);
+/* Processes of other users whose fds we may not look at, so that a VMM
+ * among them is invisible; vmms: how many of those are known VMMs. */
+struct target_hidden {
+	int procs, vmms;
+};
+int target_hidden(struct target_hidden *out);
+/* Is @pid a process whose fds we may not look at? */
+bool target_pid_hidden(pid_t pid);
+/* Warn (stderr) that other users' VMMs are hidden, if they may be;
+ * returns how many processes are hidden. */
+int target_warn_hidden(struct cli *cli);
+/* Warn about each VM of @v whose last sweep gave none of its counters
+ * (a locked-down kernel's debugfs): its numbers are all unknown. */
+int target_warn_unknown(struct cli *cli, struct kvmstats_vmm *v);
+/* An explicit --qmp that @v is not read through: said, and true (the
+ * caller leaves @v out and fails). */
+bool target_qmp_unused(struct cli *cli, const struct target_args *a,
+		       struct kvmstats_vmm *v);
+/* After a sweep begun at @since (CLOCK_MONOTONIC): read again, for at
+ * most @max_ns, the readers whose data is older (QMP, libvirt polls).
+ * @a: only the VMMs it selects (NULL: all). */
+void target_settle(struct kvmstats_host *h, const struct target_args *a,
+		   uint64_t since, uint64_t max_ns);
 
 /* One reading's worth of targets: the host's VMMs (filtered) and files. */
 struct target_set {
@@ -239,6 +262,11 @@ void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 /* A stat with its schema: {"value", "type", "unit", "base", "exponent"},
  * and for histograms "bucket_size" and "bounds" ([lo, hi) per bucket in
  * raw units, hi null for the last); @missing as for stats_json(). */
+/* Did @r's last reading give none of its counters (each one refused or
+ * not kept: a locked-down kernel's debugfs)? */
+bool reader_no_counter(const struct kvmstats_reader *r);
+/* Why a VM read through @source has no counter known, for the user. */
+const char *unknown_reason(const char *source);
 struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
 				       const void *data,
 				       const uint64_t *missing);

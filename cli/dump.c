@@ -99,6 +99,29 @@ static void add_levels(struct json_object *o, const struct kvmstats_vm *vm)
 				       json_object_new_string(why));
 }
 
+/* Was every counter of @vm unknown at this reading (and was it read)? */
+static bool vm_no_counter(struct kvmstats_vm *vm)
+{
+	struct kvmstats_reader *r = kvmstats_vm__reader(vm);
+	bool read = false;
+	int index;
+
+	if (r && !kvmstats_reader__error(r)) {
+		if (!reader_no_counter(r))
+			return false;
+		read = true;
+	}
+	for (size_t i = 0; i < kvmstats_vm__num_vcpus(vm); i++) {
+		r = kvmstats_vm__vcpu(vm, i, &index);
+		if (!r || kvmstats_reader__error(r))
+			continue;
+		if (!reader_no_counter(r))
+			return false;
+		read = true;
+	}
+	return read;
+}
+
 static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 {
 	struct json_object *o = json_object_new_object();
@@ -130,6 +153,11 @@ static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *v
 		json_object_array_add(vcpus, c);
 	}
 	json_object_object_add(o, "vcpus", vcpus);
+	/* Every reader read: is any counter of the VM known? (Only said
+	 * when none is: a VM's JSON is otherwise that of a log's sample.) */
+	if (vm_no_counter(vm))
+		json_object_object_add(o, "unknown", json_object_new_string(
+					       unknown_reason(kvmstats_vmm__source(v))));
 	return o;
 }
 
@@ -409,9 +437,19 @@ static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 	struct reading rd = take(kvmstats_vm__reader(vm));
 	struct reading *cr = calloc(n ? n : 1, sizeof(*cr));
 	int *index = calloc(n ? n : 1, sizeof(*index));
-	char title[256];
+	char title[512];
 
+	if (cr && index)
+		for (size_t i = 0; i < n; i++)
+			cr[i] = take(kvmstats_vm__vcpu(vm, i, &index[i]));
 	level_title(title, sizeof(title), v, vm, rd.r);
+	if (vm_no_counter(vm)) {
+		size_t used = strlen(title);
+
+		snprintf(title + used, sizeof(title) - used,
+			 "\n  no counter readable: %s",
+			 unknown_reason(kvmstats_vmm__source(v)));
+	}
 	if (rd.r)
 		table_single(title, &rd);
 	else
@@ -420,8 +458,6 @@ static void table_vm(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 	drop(&rd);
 	if (!cr || !index)
 		goto out;
-	for (size_t i = 0; i < n; i++)
-		cr[i] = take(kvmstats_vm__vcpu(vm, i, &index[i]));
 	table_vcpus(cr, index, n);
 	for (size_t i = 0; i < n; i++)
 		drop(&cr[i]);

@@ -10,8 +10,15 @@
  * size when the picked source does not know it.
  */
 #include <errno.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <inttypes.h>
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "sanitize.h"
@@ -302,19 +309,124 @@ static void print_csv(const struct vmm_row *rows, size_t n)
 	}
 }
 
+/* Stats fds the VMM holds: -1 when its fds cannot be listed. */
+static int held_stats_fds(pid_t pid)
+{
+	struct kvmstats_proc_fd *fds;
+	int n = kvmstats_proc__kvm_fds(pid, &fds), held = 0;
+
+	if (n < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		held += fds[i].kind == KVMSTATS_FD_VM_STATS ||
+			fds[i].kind == KVMSTATS_FD_VCPU_STATS;
+	free(fds);
+	return held;
+}
+
+/* debugfs for @pid: 0 counters readable, -ENOENT not mounted (or no
+ * directory for it), -EPERM the kernel refuses the counter files. */
+static int debugfs_state(pid_t pid)
+{
+	char path[128];
+	struct statfs sf;
+	uint64_t v;
+	FILE *f;
+	glob_t g;
+	int ret = -ENOENT;
+
+	if (statfs("/sys/kernel/debug/kvm", &sf) || sf.f_type != DEBUGFS_MAGIC)
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/sys/kernel/debug/kvm/%d-*/exits", (int)pid);
+	if (glob(path, 0, NULL, &g))
+		return -ENOENT;
+	f = fopen(g.gl_pathv[0], "re");
+	if (!f)
+		ret = errno == EPERM || errno == EACCES ? -EPERM : -errno;
+	else
+		ret = fscanf(f, "%" SCNu64, &v) == 1 ? 0 : -EPERM;
+	if (f)
+		fclose(f);
+	globfree(&g);
+	return ret;
+}
+
+/* May we ptrace @pid (what --attach needs)? Root, or its owner. */
+static bool may_attach(pid_t pid)
+{
+	char path[32];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	return !geteuid() || (!stat(path, &st) && st.st_uid == geteuid());
+}
+
+/* --verbose: every source, whether it can read this VMM, and if not why
+ * and what would. */
+static void print_sources(const struct target_args *a, const struct vmm_row *r)
+{
+	int held = held_stats_fds(r->pid), dfs = debugfs_state(r->pid);
+	bool counters = false;
+
+	printf("  sources tried:\n");
+	if (held < 0)
+		printf("    fd: its fds cannot be listed by uid %d: run as root "
+		       "(or with CAP_SYS_PTRACE)\n", (int)geteuid());
+	else if (held)
+		printf("    fd: it holds %d stats fd%s\n", held, held == 1 ? "" : "s");
+	else
+		printf("    fd: it holds no stats fd (QEMU up to 8.0 opens them "
+		       "per query; 8.1+ holds its vCPUs' only)\n");
+	counters |= held > 0;
+	if (a->flags & KVMSTATS_HOST_ATTACH)
+		printf("    attach: %s\n", has_source(r, "attach") ?
+		       "it can be made to hand over its stats fds" :
+		       "refused (see the error above)");
+	else
+		printf("    attach: not tried: --attach makes the VMM hand over "
+		       "its stats fds (one thread held for a moment)%s\n",
+		       may_attach(r->pid) ? "" : "; needs root or CAP_SYS_PTRACE");
+	counters |= has_source(r, "attach");
+	printf("    qmp: %s\n", has_source(r, "qmp") ?
+	       "a QMP socket on its command line, or --qmp, can be used" :
+	       "no QMP socket it names can be used (--qmp PATH gives one)");
+	counters |= has_source(r, "qmp");
+	printf("    libvirt: %s\n", has_source(r, "libvirt") ?
+	       "a libvirt domain" : "not a libvirt domain this user can ask");
+	counters |= has_source(r, "libvirt");
+	if (dfs == -ENOENT)
+		printf("    debugfs: not mounted (mount -t debugfs none "
+		       "/sys/kernel/debug; the vCPUs summed)\n");
+	else if (dfs == -EPERM)
+		printf("    debugfs: the kernel refuses its counter files "
+		       "(lockdown): every counter would be unknown\n");
+	else
+		printf("    debugfs: readable (the vCPUs summed)\n");
+	if (counters || !dfs)
+		return;
+	if (may_attach(r->pid))
+		printf("  counters: none of the sources tried reads them; "
+		       "--attach would\n");
+	else
+		printf("  counters: none of the sources tried reads them; as "
+		       "root (or with CAP_SYS_PTRACE), --attach would\n");
+}
+
 /* --verbose: per VMM, the sources of each level and what QMP said. */
-static void print_details(const struct vmm_row *rows, size_t n)
+static void print_details(const struct target_args *a,
+			  const struct vmm_row *rows, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct vmm_row *r = &rows[i];
 
-		if (r->gone || !r->source)
+		if (r->gone)
 			continue;
 		printf("\npid %d (%s):\n  VM stats: %s\n  vCPU stats: %s\n",
 		       (int)r->pid, safe_str(r->name), r->vm_source ? r->vm_source : "none",
 		       r->vcpu_source ? r->vcpu_source : "none");
 		if (!r->vm_source && r->vm_why[0])
 			printf("  no VM stats because: %s\n", safe_str(r->vm_why));
+		print_sources(a, r);
 		if (!r->has_qmp)
 			continue;
 		printf("  QMP: socket %s, QEMU %s\n  histograms: QEMU lists "
@@ -356,6 +468,14 @@ static int collect(struct cli *cli, const struct target_args *a,
 
 			for (int j = 0; j < np; j++)
 				vmm |= pids[j] == a->pids[i];
+			if (!vmm && target_pid_hidden(a->pids[i])) {
+				cli_err(cli, "pid %d: its fds cannot be seen by uid %d "
+					"(not root, no CAP_SYS_PTRACE): run as root "
+					"to see whether it is a VMM",
+					(int)a->pids[i], (int)geteuid());
+				bad++;
+				continue;
+			}
 			if (!vmm) {
 				cli_err(cli, "pid %d is not a VMM (it holds no KVM VM fd)",
 					(int)a->pids[i]);
@@ -411,7 +531,7 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 	struct vmm_row *rows = NULL;
 	struct target_args a;
 	size_t n = 0, kept = 0;
-	int bad, ret;
+	int bad, ret, hidden;
 
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
@@ -422,6 +542,8 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 	bad = collect(cli, &a, &rows, &n);
 	if (bad < 0)
 		goto out;
+	/* Other users' VMMs this user cannot see: said, never "none". */
+	hidden = a.npids ? 0 : target_warn_hidden(cli);
 	for (size_t i = 0; i < n; i++) {
 		struct vmm_row *row = &rows[i];
 
@@ -443,10 +565,13 @@ int cmd_list(struct cli *cli, int argc, char **argv)
 		print_csv(rows, n);
 	else if (n)
 		print_table(rows, n);
-	else
+	else if (hidden)
+		printf("no VMM visible to uid %d; other users' VMMs are hidden "
+		       "from it (run as root to see them)\n", (int)geteuid());
+	else if (!bad)
 		printf("no VMM on this host (no process holds a KVM VM fd)\n");
 	if (cli->format == OUT_TABLE && cli->verbose > 0)
-		print_details(rows, n);
+		print_details(&a, rows, n);
 	ret = bad ? EXIT_FAIL : EXIT_OK;
 out:
 	free(rows);

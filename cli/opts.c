@@ -455,7 +455,7 @@ int cli_parse(struct cli *cli, const struct cli_spec *spec, void *ctx,
 	      int argc, char **argv)
 {
 	const struct cli_opt **all = all_opts(spec);
-	int ret;
+	int ret, bad;
 
 	if (!all) {
 		cli_err(cli, "out of memory");
@@ -485,9 +485,11 @@ int cli_parse(struct cli *cli, const struct cli_spec *spec, void *ctx,
 	}
 	if (!spec->cmd)
 		goto out;
-	if (check_operands(cli, spec, argc, argv) || check_outputs(cli, spec) ||
-	    (spec->check && spec->check(cli, ctx)))
+	if (check_operands(cli, spec, argc, argv) || check_outputs(cli, spec))
 		ret = EXIT_USAGE;
+	else if (spec->check && (bad = spec->check(cli, ctx)))
+		/* A check may find a thing named missing (status 1). */
+		ret = bad == EXIT_FAIL ? EXIT_FAIL : EXIT_USAGE;
 out:
 	free(all);
 	return ret;

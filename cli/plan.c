@@ -845,7 +845,12 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 	bool detail = cli->verbose > 0 || __builtin_popcount(a->methods) > 1;
 
 	if (!n) {
-		printf("no VMM found; see 'kvmstats list'\n");
+		if (!a->t.npids && target_warn_hidden(cli))
+			printf("no VMM visible to uid %d; other users' VMMs are "
+			       "hidden from it (run as root to see them)\n",
+			       (int)geteuid());
+		else
+			printf("no VMM found; see 'kvmstats list'\n");
 		return;
 	}
 	printf("%-4s %-7s %-16s %10s %-7s %6s %6s %-12s %12s %10s %9s %-4s %8s\n", "RANK",

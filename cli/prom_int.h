@@ -56,11 +56,17 @@ struct family {
 	size_t nseries, cap;
 };
 
+/* Target kinds besides a vCPU index: the VM's own stats, and the vCPU
+ * stats summed over the VM's vCPUs (debugfs: one file per stat and VM),
+ * exported as kvm_vcpu_* with vcpu="sum", never as a VM's or a VM. */
+#define PROM_VM (-1)
+#define PROM_VCPU_SUM (-2)
+
 struct target {
 	struct kvmstats_reader *r;
 	uint64_t uid;
 	uint32_t vm;
-	int32_t vcpu;		/* -1: the VM's own stats */
+	int32_t vcpu;		/* PROM_VM: the VM's own stats; PROM_VCPU_SUM */
 	unsigned int src;
 	uint32_t labels;	/* offset in the model's label text */
 	uint32_t labels_len;
@@ -97,6 +103,7 @@ struct prom_model {
 	size_t labels_len, labels_cap;
 	size_t max_labels;
 	size_t vmms;
+	size_t summed_vcpus;	/* vCPUs behind PROM_VCPU_SUM targets */
 	size_t skipped;
 	size_t series_cut;	/* past a VMM's share (prom_model.c) */
 	size_t series;

@@ -422,7 +422,7 @@ static void model_clear(struct prom_model *m)
 	m->labels = NULL;
 	m->nfams = m->nmaps = m->ntargets = 0;
 	m->labels_len = m->labels_cap = m->max_labels = 0;
-	m->vmms = m->skipped = m->series_cut = 0;
+	m->vmms = m->skipped = m->series_cut = m->summed_vcpus = 0;
 }
 
 void prom_model_free(struct prom_model *m)
@@ -464,7 +464,8 @@ static int visit(struct prom_model *m, const struct kvmstats_host *h,
 			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
 				struct kvmstats_reader *r = kvmstats_vm__vcpu(vm, k, &index);
 
-				err = fn(m, arg, v, j, index, r);
+				/* Index -1 among vCPUs: a sum of them all. */
+				err = fn(m, arg, v, j, index < 0 ? PROM_VCPU_SUM : index, r);
 				if (err)
 					return err;
 			}
@@ -505,6 +506,9 @@ static int put_labels(struct prom_model *m, struct kvmstats_vmm *v, size_t vm,
 	if (vcpu >= 0)
 		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\",vcpu=\"%d\"",
 			     (int)kvmstats_vmm__pid(v), name, vm, vcpu);
+	else if (vcpu == PROM_VCPU_SUM)
+		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\",vcpu=\"sum\"",
+			     (int)kvmstats_vmm__pid(v), name, vm);
 	else
 		n = snprintf(text, sizeof(text), "pid=\"%d\",name=\"%s\",vm=\"%zu\"",
 			     (int)kvmstats_vmm__pid(v), name, vm);
@@ -531,6 +535,7 @@ struct build {
 	pid_t last_pid;
 	uint64_t last_uid;
 	size_t lines, max_lines;	/* of the VMM being added */
+	bool summed;	/* the VMM's vCPUs are counted */
 };
 
 /* Samples one VMM may export: what a kernel's schemas give (an x86
@@ -548,6 +553,21 @@ static size_t vmm_max_lines(struct kvmstats_vmm *v)
 	for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++)
 		vcpus += kvmstats_vm__num_vcpus(kvmstats_vmm__vm(v, j));
 	return PROM_VMM_LINES + vcpus * PROM_VCPU_LINES;
+}
+
+/* vCPUs of a VMM whose vCPU stats come summed: its vCPU fds (all its
+ * VMs', counted once per VMM). */
+static size_t vcpu_fds(pid_t pid)
+{
+	struct kvmstats_proc_fd *fds;
+	int n = kvmstats_proc__kvm_fds(pid, &fds);
+	size_t vcpus = 0;
+
+	for (int i = 0; i < n; i++)
+		vcpus += fds[i].kind == KVMSTATS_FD_VCPU;
+	if (n >= 0)
+		free(fds);
+	return vcpus;
 }
 
 static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
@@ -569,9 +589,14 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 		b->last_uid = t->uid;
 		b->lines = 0;
 		b->max_lines = vmm_max_lines(v);
+		b->summed = false;
 		m->vmms++;
 	}
-	map = get_map(m, kvmstats_reader__schema(r), vcpu >= 0);
+	if (vcpu == PROM_VCPU_SUM && !b->summed) {
+		b->summed = true;
+		m->summed_vcpus += vcpu_fds(kvmstats_vmm__pid(v));
+	}
+	map = get_map(m, kvmstats_reader__schema(r), vcpu != PROM_VM);
 	if (!map)
 		return -ENOMEM;
 	n = map->n;
@@ -637,6 +662,29 @@ int prom_model_update(struct prom_model *m, const struct kvmstats_host *h)
 	return err ? err : 1;
 }
 
+/* A reading that gave none of its target's counters (a locked-down
+ * kernel refuses every debugfs counter file) is a failed read: its
+ * series are left out, and the read-error counter (and its alert) says
+ * so, rather than the VM looking idle or absent. */
+static bool no_counter(const struct kvmstats_reader *r, const uint64_t *miss)
+{
+	const struct kvmstats_stat *st;
+	bool any = false;
+
+	if (!miss)
+		return false;
+	kvmstats_schema__for_each (st, kvmstats_reader__schema(r)) {
+		uint32_t i = kvmstats_stat__index(st);
+
+		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
+			continue;
+		if (!((miss[i / 64] >> (i % 64)) & 1))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
 void prom_model_prepare(struct prom_model *m)
 {
 	size_t series = 0;
@@ -649,7 +697,7 @@ void prom_model_prepare(struct prom_model *m)
 		const struct kvmstats_sample *cur = kvmstats_reader__cur(t->r);
 		uint64_t age;
 
-		if (t->vcpu < 0)
+		if (t->vcpu == PROM_VM)
 			m->src_vms[t->src]++;
 		if (kvmstats_reader__error(t->r) || !cur) {
 			m->src_errors[t->src]++;
@@ -658,6 +706,8 @@ void prom_model_prepare(struct prom_model *m)
 		}
 		t->data = cur->data;
 		t->missing = kvmstats_reader__missing(t->r);
+		if (no_counter(t->r, t->missing))
+			m->src_errors[t->src]++;
 		age = kvmstats_reader__age_ns(t->r);
 		if (age > m->src_age_ns[t->src])
 			m->src_age_ns[t->src] = age;
@@ -678,11 +728,13 @@ void prom_model_stats(const struct prom_model *m, struct prom_model_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->vmms = m->vmms;
 	for (size_t i = 0; i < m->ntargets; i++) {
-		if (m->targets[i].vcpu < 0)
+		if (m->targets[i].vcpu == PROM_VM)
 			st->vms++;
-		else
+		else if (m->targets[i].vcpu >= 0)
 			st->vcpus++;
 	}
+	/* A sum stands for every vCPU of its VMM, counted from its fds. */
+	st->vcpus += m->summed_vcpus;
 	st->families = m->nfams;
 	st->series = m->series;
 	st->skipped_stats = m->skipped;

@@ -550,7 +550,7 @@ void prom_model_render_info(const struct prom_model *m, enum prom_format fmt,
 		const struct target *t = &m->targets[i];
 		char id[4 * 256 + 1];
 
-		if (t->vcpu >= 0)
+		if (t->vcpu != PROM_VM)
 			continue;
 		prom_escape_label(kvmstats_reader__id(t->r), id, sizeof(id));
 		prom_buf_printf(out, "kvmstats_vm_info{%s,id=\"%s\",source=\"%s\"} 1\n",

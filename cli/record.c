@@ -228,6 +228,7 @@ static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
 {
 	const struct kvmstats_sample *cur = kvmstats_reader__cur(rd);
 	const struct kvmstats_sample *prev = kvmstats_reader__prev(rd);
+	const uint64_t *miss = kvmstats_reader__missing(rd);
 	const struct kvmstats_stat **st;
 
 	if (!cur || kvmstats_reader__error(rd))
@@ -239,7 +240,10 @@ static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
 		struct column *col = &r->cols[c];
 		double v;
 
-		if (!st[c])
+		/* A stat the source refused stays missing ("-", null, an
+		 * empty CSV field) unless another target knows it. */
+		if (!st[c] || (miss && (miss[kvmstats_stat__index(st[c]) / 64] >>
+					(kvmstats_stat__index(st[c]) % 64)) & 1))
 			continue;
 		v = (double)kvmstats_stat__values(st[c], cur->data)[0];
 		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_CUMULATIVE && !totals) {
@@ -405,8 +409,13 @@ static void log_line(struct rec *r, uint64_t rt_ns, unsigned long sample)
 {
 	bool nonzero = false;
 
-	if (!r->cols_ready && (choose_columns(r) || !r->cols_ready))
-		return;
+	if (!r->cols_ready) {
+		/* Once: the VMs whose every counter is unknown, and why. */
+		for (size_t i = 0; i < r->nsel; i++)
+			target_warn_unknown(r->cli, r->sel[i]);
+		if (choose_columns(r) || !r->cols_ready)
+			return;
+	}
 	/* Rates need two readings; totals are there from the first. */
 	if (!r->past && sample == 0)
 		return;
@@ -591,6 +600,9 @@ static bool sleep_until(struct rec *r, uint64_t deadline)
 	return false;
 }
 
+/* How long a sample waits for the QMP and libvirt polls it asked for. */
+#define SETTLE_MAX_NS (500 * 1000000ull)
+
 static int run(struct rec *r)
 {
 	uint64_t ival = (uint64_t)(r->interval * 1e9), rfr = (uint64_t)(r->refresh * 1e9);
@@ -609,11 +621,17 @@ static int run(struct rec *r)
 				return EXIT_FAIL;
 			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
 		}
+		now = now_ns(CLOCK_MONOTONIC);
 		/* Without --log nothing needs the readers' own readings. */
-		if (r->w && !r->log)
+		if (r->w && !r->log) {
 			sweep_and_write(r);
-		else
+		} else {
 			kvmstats_host__sweep(r->host);
+			/* QMP and libvirt readings of this sweep, not the last
+			 * one's: the first line's rates span the first interval. */
+			target_settle(r->host, NULL, now,
+				      ival / 4 < SETTLE_MAX_NS ? ival / 4 : SETTLE_MAX_NS);
+		}
 		if (choose(r))
 			return EXIT_FAIL;
 		if (r->a.npids && had_vmms && !kvmstats_host__num_vmms(r->host)) {

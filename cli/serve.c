@@ -286,6 +286,13 @@ static void refresh(struct server *s)
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
 		cli_warn(s->cli, "scanning the host: %s", strerror(-n));
+	if (!s->targs->npids) {
+		struct target_hidden h;
+
+		target_hidden(&h);
+		s->hidden_procs = h.procs;
+		s->hidden_vmms = h.vmms;
+	}
 	/* A --pid VMM that cannot be read is said once, not every refresh. */
 	if (strcmp(s->last_errors, kvmstats_host__errors(s->host))) {
 		snprintf(s->last_errors, sizeof(s->last_errors), "%s",
@@ -647,6 +654,8 @@ static int run(struct server *s)
 			s->cli->prog, s->cli->cmd,
 			s->have_web && web_config_tls(&s->web) ? "https" : "http",
 			s->addr, s->o.path, nvmms);
+	if (!s->targs->npids)
+		target_warn_hidden(s->cli);	/* other users' VMMs */
 	write_ready(s);
 	main_loop(s, &set);
 	return EXIT_OK;

@@ -143,6 +143,8 @@ struct server {
 	char last_errors[1024];		/* of the last refresh, said once */
 	uint64_t read_errors[PROM_NSRC];
 	uint64_t render_ns, refresh_ns;
+	/* Other users' processes out of sight, at the last refresh. */
+	_Atomic int hidden_procs, hidden_vmms;
 	uint64_t rebuilds;		/* of the model: VMs came or went */
 	atomic_uint_fast64_t busy;	/* requests refused: results all in use */
 	uint64_t stale;			/* requests given the previous result */

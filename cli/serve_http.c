@@ -72,6 +72,15 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 	prom_sample_u64(b, "kvmstats_vms", NULL, st.vms);
 	prom_family(b, f, "kvmstats_vcpus", "gauge", NULL, "vCPUs exported");
 	prom_sample_u64(b, "kvmstats_vcpus", NULL, st.vcpus);
+	prom_family(b, f, "kvmstats_hidden_processes", "gauge", NULL,
+		    "Processes of other users whose fds this exporter may not "
+		    "look at (not root, no CAP_SYS_PTRACE): VMMs among them are "
+		    "not exported");
+	prom_sample_u64(b, "kvmstats_hidden_processes", NULL, (uint64_t)s->hidden_procs);
+	prom_family(b, f, "kvmstats_hidden_vmms", "gauge", NULL,
+		    "Of those, the processes known to hold a VM (a kvm-pit thread "
+		    "names them)");
+	prom_sample_u64(b, "kvmstats_hidden_vmms", NULL, (uint64_t)s->hidden_vmms);
 	prom_family(b, f, "kvmstats_skipped_stats", "gauge", NULL,
 		    "Stats left out: of a type or unit this version does not know, "
 		    "clashing with another stat's name, or histograms left out "

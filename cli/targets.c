@@ -4,10 +4,15 @@
  * name) through the library's host object, and image files. Every command
  * that reads VMs takes the same options, parsed here.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -117,6 +122,24 @@ static bool other_source(const struct target_args *a, const char *want)
 	return a->source && strcmp(a->source, "auto") && strcmp(a->source, want);
 }
 
+/* A --qmp socket that cannot be used is an error (status 1: a socket
+ * comes and goes), never a silent fall back to another source (a debugfs
+ * table of n/a, say). Whether QEMU answers on it is found out later. */
+static int qmp_usable(struct cli *cli, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st)) {
+		cli_err(cli, "--qmp %s: %s", path, strerror(errno));
+		return EXIT_FAIL;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		cli_err(cli, "--qmp %s: not a socket", path);
+		return EXIT_FAIL;
+	}
+	return 0;
+}
+
 int target_args_check(struct cli *cli, const struct target_args *a,
 		      bool qmp_ram)
 {
@@ -139,7 +162,7 @@ int target_args_check(struct cli *cli, const struct target_args *a,
 	if (a->qmp && !qmp_ram && other_source(a, "qmp"))
 		return cli_bad(cli, "--qmp and --source %s: QMP is not asked",
 			       a->source);
-	return 0;
+	return a->qmp ? qmp_usable(cli, a->qmp) : 0;
 }
 
 bool target_selected(const struct target_args *a, struct kvmstats_vmm *v)
@@ -181,6 +204,231 @@ int target_report_errors(struct cli *cli, struct kvmstats_host *h)
 	return n;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Read @r again if its latest reading is older than @since: true when it
+ * still is (a failed reader is done: it shows as unknown). */
+static bool settle_reader(struct kvmstats_reader *r, uint64_t since)
+{
+	const struct kvmstats_sample *smp;
+
+	if (!r || kvmstats_reader__error(r))
+		return false;
+	smp = kvmstats_reader__cur(r);
+	if (smp && smp->time_ns >= since)
+		return false;
+	/* A reader read in the background stamps its own data's time. */
+	if (kvmstats_reader__sweep(r, mono_ns()))
+		return false;
+	smp = kvmstats_reader__cur(r);
+	return !smp || smp->time_ns < since;
+}
+
+static bool settle_pass(struct kvmstats_host *h, const struct target_args *a,
+			uint64_t since)
+{
+	bool stale = false;
+
+	for (size_t i = 0; i < kvmstats_host__num_vmms(h); i++) {
+		struct kvmstats_vmm *v = kvmstats_host__vmm(h, i);
+
+		if (a && !target_selected(a, v))
+			continue;
+		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+			int index;
+
+			stale |= settle_reader(kvmstats_vm__reader(vm), since);
+			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
+				stale |= settle_reader(
+					kvmstats_vm__vcpu(vm, k, &index), since);
+		}
+	}
+	return stale;
+}
+
+/*
+ * A QMP or libvirt reading serves the data of the poll that the previous
+ * reading asked for: right after a sweep begun at @since, it is as old as
+ * the time since that reading (a whole interval), or older than the
+ * program for the first one. Read those readers again, every 20 ms for at
+ * most @max_ns, until their data was taken after @since; readers that
+ * were fresh are left alone, so that their previous reading stays one
+ * sweep back. Every reading is then the host as it was at the sweep, and
+ * two sweeps an interval apart measure that interval whatever the source.
+ */
+void target_settle(struct kvmstats_host *h, const struct target_args *a,
+		   uint64_t since, uint64_t max_ns)
+{
+	uint64_t end = since + max_ns;
+
+	while (settle_pass(h, a, since) && mono_ns() < end) {
+		struct timespec ts = {0, 20 * 1000000L};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Is @pid a user process (a command line) whose fds we may not list? */
+static bool fds_hidden(int dirfd, const char *pid)
+{
+	char path[300];
+	char c;
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/cmdline", pid);
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, &c, 1);
+	close(fd);
+	if (n != 1)
+		return false;	/* a kernel thread, or a zombie */
+	snprintf(path, sizeof(path), "%s/fd", pid);
+	fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return false;
+	}
+	return errno == EACCES || errno == EPERM;
+}
+
+/* A kernel thread "kvm-pit/PID" belongs to a VM (with an in-kernel PIT)
+ * of process PID: a VMM we may know of without seeing its fds. */
+static long pit_owner(int dirfd, const char *pid)
+{
+	char path[300], comm[32] = "";
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/comm", pid);
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, comm, sizeof(comm) - 1);
+	close(fd);
+	if (n <= 0 || strncmp(comm, "kvm-pit/", 8))
+		return 0;
+	return strtol(comm + 8, NULL, 10);
+}
+
+bool target_pid_hidden(pid_t pid)
+{
+	char name[24];
+	bool hidden;
+	int pfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (pfd < 0)
+		return false;
+	snprintf(name, sizeof(name), "%d", (int)pid);
+	hidden = fds_hidden(pfd, name);
+	close(pfd);
+	return hidden;
+}
+
+int target_hidden(struct target_hidden *out)
+{
+	struct dirent *de;
+	long pits[64];
+	size_t npits = 0;
+	int pfd;
+	DIR *d;
+
+	memset(out, 0, sizeof(*out));
+	d = opendir("/proc");
+	if (!d)
+		return -errno;
+	pfd = dirfd(d);
+	while ((de = readdir(d))) {
+		long owner;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		owner = pit_owner(pfd, de->d_name);
+		for (size_t i = 0; i < npits && owner > 0; i++)
+			owner = pits[i] == owner ? 0 : owner;
+		if (owner > 0 && npits < sizeof(pits) / sizeof(pits[0]))
+			pits[npits++] = owner;
+		out->procs += fds_hidden(pfd, de->d_name);
+	}
+	for (size_t i = 0; i < npits; i++) {
+		char pid[24];
+
+		snprintf(pid, sizeof(pid), "%ld", pits[i]);
+		out->vmms += fds_hidden(pfd, pid);
+	}
+	closedir(d);
+	return out->procs;
+}
+
+/* The hidden processes, as one sentence (empty when none). */
+static void hidden_text(const struct target_hidden *h, char *buf, size_t len)
+{
+	char vmms[96] = "";
+
+	buf[0] = 0;
+	if (!h->procs)
+		return;
+	if (h->vmms)
+		snprintf(vmms, sizeof(vmms), " (%d of them hold%s a VM: a "
+			 "kvm-pit thread names %s)", h->vmms,
+			 h->vmms == 1 ? "s" : "", h->vmms == 1 ? "it" : "them");
+	snprintf(buf, len, "the fds of %d process%s of other users cannot be "
+		 "seen by uid %d (not root, no CAP_SYS_PTRACE): VMMs among "
+		 "them are not shown%s; run as root to see every VMM",
+		 h->procs, h->procs == 1 ? "" : "es", (int)geteuid(), vmms);
+}
+
+int target_warn_hidden(struct cli *cli)
+{
+	struct target_hidden h;
+	char msg[512];
+
+	if (target_hidden(&h) <= 0)
+		return 0;
+	hidden_text(&h, msg, sizeof(msg));
+	cli_warn(cli, "%s", msg);
+	return h.procs;
+}
+
+int target_warn_unknown(struct cli *cli, struct kvmstats_vmm *v)
+{
+	int warned = 0;
+
+	for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
+		struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
+		struct kvmstats_reader *r = kvmstats_vm__reader(vm);
+		bool read = false, known = false;
+		int index;
+
+		if (r && kvmstats_reader__cur(r) && !kvmstats_reader__error(r)) {
+			read = true;
+			known |= !reader_no_counter(r);
+		}
+		for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
+			r = kvmstats_vm__vcpu(vm, k, &index);
+			if (!r || !kvmstats_reader__cur(r) || kvmstats_reader__error(r))
+				continue;
+			read = true;
+			known |= !reader_no_counter(r);
+		}
+		if (!read || known)
+			continue;
+		cli_warn(cli, "pid %d (%s), VM %zu: no counter readable: %s",
+			 (int)kvmstats_vmm__pid(v), kvmstats_vmm__name(v), j,
+			 unknown_reason(kvmstats_vmm__source(v)));
+		warned++;
+	}
+	return warned;
+}
+
 bool target_args_host(const struct target_args *a)
 {
 	return a->npids || a->name_set || a->source || a->flags || a->qmp ||
@@ -206,6 +454,25 @@ static int add_file(struct cli *cli, struct target_set *t, const char *path)
 	t->files[t->nfiles] = r;
 	t->paths[t->nfiles++] = path;
 	return 0;
+}
+
+bool target_qmp_unused(struct cli *cli, const struct target_args *a,
+		       struct kvmstats_vmm *v)
+{
+	const struct kvmstats_vm *vm = kvmstats_vmm__vm(v, 0);
+	const char *lv, *lc;
+
+	if (!a->qmp || (a->source && strcmp(a->source, "auto") &&
+			strcmp(a->source, "qmp")))
+		return false;
+	lv = vm ? kvmstats_vm__source(vm, KVMSTATS_LEVEL_VM) : NULL;
+	lc = vm ? kvmstats_vm__source(vm, KVMSTATS_LEVEL_VCPU) : NULL;
+	if ((lv && !strcmp(lv, "qmp")) || (lc && !strcmp(lc, "qmp")))
+		return false;
+	cli_err(cli, "--qmp %s: pid %d is not read through it (QEMU did not "
+		"answer there), and no other source stands in for it",
+		a->qmp, (int)kvmstats_vmm__pid(v));
+	return true;
 }
 
 int targets_open(struct cli *cli, struct target_set *t,
@@ -239,6 +506,10 @@ int targets_open(struct cli *cli, struct target_set *t,
 
 		if (!target_selected(a, v))
 			continue;
+		if (target_qmp_unused(cli, a, v)) {
+			t->failures++;
+			continue;
+		}
 		p = realloc(t->vmms, (t->nvmms + 1) * sizeof(*t->vmms));
 		if (!p)
 			return -ENOMEM;

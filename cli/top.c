@@ -26,6 +26,10 @@
 
 /* A VMM list rescan walks /proc; a sweep is one pread per fd. */
 #define REFRESH_NS (3 * 1000000000ull)
+/* --once waits at most this long for a QMP or libvirt poll to answer
+ * (their own deadlines are shorter): its two readings are then one
+ * --interval apart whatever the source. */
+#define SETTLE_NS (3 * 1000000000ull)
 
 enum { OPT_REPLAY = OPT_CMD_BASE, OPT_LOOP };
 
@@ -50,6 +54,7 @@ struct top_src {
 	uint64_t last_fed; /* log time of the last frame fed */
 	bool fed;
 	bool looped; /* --loop started the log again */
+	bool settle; /* --once: readings taken after each sweep */
 	char msg[512]; /* what went wrong at the last frame, if anything */
 };
 
@@ -83,8 +88,9 @@ static void live_refresh(struct top_src *src, uint64_t now)
 		set_msg(src, kvmstats_host__errors(src->host));
 }
 
-static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j,
-		    uint64_t t)
+/* Each reading is fed at its own time: a QMP or libvirt snapshot is
+ * older than the sweep, a debugfs one took a while. */
+static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j)
 {
 	struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
 	struct kvmstats_reader *r = kvmstats_vm__reader(vm);
@@ -105,9 +111,10 @@ static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j,
 	/* A failed read keeps the previous reading: the next frame's rate
 	 * spans both intervals and stays right. */
 	smp = r ? kvmstats_reader__cur(r) : NULL;
-	if (smp && !kvmstats_reader__error(r))
-		series_feed(m, &tv->stats, kvmstats_reader__schema(r),
-			    smp->data, t, false);
+	if (smp && !kvmstats_reader__error(r) &&
+	    !series_feed(m, &tv->stats, kvmstats_reader__schema(r),
+			 smp->data, smp->time_ns, false))
+		series_missing(&tv->stats, kvmstats_reader__missing(r));
 	for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
 		struct top_series *s;
 		int index;
@@ -117,18 +124,20 @@ static void live_vm(struct top_model *m, struct kvmstats_vmm *v, size_t j,
 		if (!smp || kvmstats_reader__error(r))
 			continue;
 		s = model_vcpu(tv, index);
-		if (s)
-			series_feed(m, s, kvmstats_reader__schema(r), smp->data,
-				    t, false);
+		if (s && !series_feed(m, s, kvmstats_reader__schema(r),
+				      smp->data, smp->time_ns, false))
+			series_missing(s, kvmstats_reader__missing(r));
 	}
 }
 
 static int live_frame(struct top_src *src, struct top_model *m)
 {
-	uint64_t t;
+	uint64_t t = now_ns();
 
-	live_refresh(src, now_ns());
+	live_refresh(src, t);
 	kvmstats_host__sweep(src->host);
+	if (src->settle)
+		target_settle(src->host, src->args, t, SETTLE_NS);
 	t = kvmstats_host__time_ns(src->host);
 	model_begin(m);
 	for (size_t i = 0; i < kvmstats_host__num_vmms(src->host); i++) {
@@ -137,7 +146,7 @@ static int live_frame(struct top_src *src, struct top_model *m)
 		if (!target_selected(src->args, v))
 			continue;
 		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++)
-			live_vm(m, v, j, t);
+			live_vm(m, v, j);
 	}
 	model_end(m, t);
 	return 1;
@@ -178,8 +187,8 @@ static void replay_entry(struct top_src *src, struct top_model *m,
 	if (e->error < 0 || !e->data || !e->schema)
 		return;
 	s = tg->vcpu < 0 ? &vm->stats : model_vcpu(vm, tg->vcpu);
-	if (s)
-		series_feed(m, s, e->schema, e->data, t, restart);
+	if (s && !series_feed(m, s, e->schema, e->data, t, restart))
+		series_missing(s, e->missing);
 }
 
 /* Frames are recorded samples at least one interval apart (recorded
@@ -249,8 +258,14 @@ static int src_open(struct top_src *src, struct cli *cli,
 			.errbuf = why,
 			.errbuf_sz = sizeof(why)});
 	if (!src->log) {
-		cli_err(cli, "%s: %s", o->replay,
-			why[0] ? why : strerror(errno));
+		size_t n = strlen(o->replay);
+
+		/* The reader's reason may name the file already. */
+		if (!strncmp(why, o->replay, n) && why[n] == ':')
+			cli_err(cli, "%s", why);
+		else
+			cli_err(cli, "%s: %s", o->replay,
+				why[0] ? why : strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -276,8 +291,12 @@ static void sleep_s(double s)
 static int run_once(struct cli *cli, const struct top_opts *o,
 		    struct top_src *src, struct top_model *m)
 {
-	int n = src->ops->frame(src, m);
+	int n;
 
+	src->settle = true;
+	if (src->ops == &live_ops && !src->args->npids)
+		target_warn_hidden(cli);	/* other users' VMMs */
+	n = src->ops->frame(src, m);
 	if (n > 0 && src->ops == &live_ops) {
 		/* Pids asked for that no source serves are an error. */
 		if (target_report_errors(cli, src->host) && !m->nvms)

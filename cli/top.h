@@ -25,6 +25,10 @@ struct top_series {
 	uint64_t *cur, *prev, *base; /* one data block each */
 	uint64_t t_cur, t_prev, t_base; /* CLOCK_MONOTONIC ns */
 	unsigned int n; /* readings since (re)start, capped */
+	/* One bit per stat: not known at the last reading (the source
+	 * refused it or does not keep it); NULL until bound. */
+	uint64_t *missing;
+	bool all_missing; /* every counter of it unknown */
 	int index; /* vCPU index; -1 for a VM */
 	bool fresh; /* fed in the frame being built */
 };
@@ -73,6 +77,11 @@ struct top_series *model_vcpu(struct top_vm *vm, int index);
 int series_feed(struct top_model *m, struct top_series *s,
 		struct kvmstats_schema *schema, const void *data,
 		uint64_t time_ns, bool restart);
+/* The stats the source could not give at the reading just fed (NULL:
+ * every one). */
+void series_missing(struct top_series *s, const uint64_t *missing);
+/* Is @st known in @s's latest reading? */
+bool series_known(const struct top_series *s, const struct kvmstats_stat *st);
 void model_end(struct top_model *m, uint64_t time_ns);
 /* Totals count from now on (kvm_stat's reset). */
 void model_reset(struct top_model *m);
@@ -141,6 +150,8 @@ void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,
 /* Sort the model's VMs by a column, descending unless @asc. */
 void model_sort(struct top_model *m, size_t col, bool asc);
 const char *vm_label(const struct top_vm *vm, char *buf, size_t len);
+/* Why none of @vm's counters is known, or NULL when some are. */
+const char *vm_unknown(const struct top_vm *vm);
 
 /* ---- renderers ---------------------------------------------------- */
 

@@ -30,8 +30,11 @@ static void series_free(struct top_series *s)
 	free(s->cur);
 	free(s->prev);
 	free(s->base);
+	free(s->missing);
 	s->schema = NULL;
 	s->cur = s->prev = s->base = NULL;
+	s->missing = NULL;
+	s->all_missing = false;
 	s->n = 0;
 }
 
@@ -122,6 +125,51 @@ struct top_series *model_vcpu(struct top_vm *vm, int index)
 	return &vm->vcpus[at];
 }
 
+/* u64 words of a bitmap of one bit per stat of @schema (at least one). */
+static size_t map_words(const struct kvmstats_schema *schema)
+{
+	size_t n = (kvmstats_schema__num_stats(schema) + 63) / 64;
+
+	return n ? n : 1;
+}
+
+static bool bit(const uint64_t *map, uint32_t i)
+{
+	return (map[i / 64] >> (i % 64)) & 1;
+}
+
+/* Are all the counters of @s's schema unknown (and is there one)? */
+static bool all_counters_missing(const struct top_series *s)
+{
+	const struct kvmstats_stat *st;
+	bool any = false;
+
+	kvmstats_schema__for_each (st, s->schema) {
+		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
+			continue;
+		if (!bit(s->missing, kvmstats_stat__index(st)))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+void series_missing(struct top_series *s, const uint64_t *missing)
+{
+	if (!s->schema)
+		return;
+	if (missing)
+		memcpy(s->missing, missing, map_words(s->schema) * 8);
+	else
+		memset(s->missing, 0, map_words(s->schema) * 8);
+	s->all_missing = missing && all_counters_missing(s);
+}
+
+bool series_known(const struct top_series *s, const struct kvmstats_stat *st)
+{
+	return s->schema && !bit(s->missing, kvmstats_stat__index(st));
+}
+
 /* Give @s buffers for @schema (a target behind the same key may come
  * back with another schema: start it over). */
 static int series_bind(struct top_series *s, struct kvmstats_schema *schema)
@@ -134,7 +182,8 @@ static int series_bind(struct top_series *s, struct kvmstats_schema *schema)
 	s->cur = calloc(1, sz ? sz : 8);
 	s->prev = calloc(1, sz ? sz : 8);
 	s->base = calloc(1, sz ? sz : 8);
-	if (!s->cur || !s->prev || !s->base) {
+	s->missing = calloc(map_words(schema), 8);
+	if (!s->cur || !s->prev || !s->base || !s->missing) {
 		series_free(s);
 		return -ENOMEM;
 	}
@@ -282,6 +331,15 @@ static void vm_sum(struct top_vm *vm)
 	}
 	if (!reuse)
 		fold_base(vm, words);
+	/* A stat unknown for one vCPU is unknown in the sum. */
+	memset(s->missing, 0, map_words(s->schema) * 8);
+	for (size_t i = 0; i < vm->nvcpus; i++) {
+		if (vm->vcpus[i].schema != s->schema)
+			continue;
+		for (size_t w = 0; w < map_words(s->schema); w++)
+			s->missing[w] |= vm->vcpus[i].missing[w];
+	}
+	s->all_missing = all_counters_missing(s);
 	vm->nsum = members;
 	s->t_cur = first->t_cur;
 	s->t_prev = first->t_prev;
@@ -360,7 +418,7 @@ double series_interval_s(const struct top_series *s)
 
 double series_rate(const struct top_series *s, const struct kvmstats_stat *st)
 {
-	if (!s->schema || s->n < 2 || s->t_cur <= s->t_prev)
+	if (!series_known(s, st) || s->n < 2 || s->t_cur <= s->t_prev)
 		return NAN;
 	return kvmstats_stat__rate(st, s->prev, s->cur, s->t_cur - s->t_prev);
 }
@@ -369,7 +427,7 @@ double series_total(const struct top_series *s, const struct kvmstats_stat *st)
 {
 	const uint64_t *c, *b;
 
-	if (!s->schema)
+	if (!series_known(s, st))
 		return NAN;
 	c = kvmstats_stat__values(st, s->cur);
 	b = kvmstats_stat__values(st, s->base);
@@ -388,7 +446,7 @@ double series_total(const struct top_series *s, const struct kvmstats_stat *st)
 bool series_hist(const struct top_series *s, const struct kvmstats_stat *st,
 		 uint64_t *out)
 {
-	if (!s->schema || s->n < 2)
+	if (!series_known(s, st) || s->n < 2)
 		return false;
 	kvmstats_hist__delta(st, s->prev, s->cur, out);
 	return true;
@@ -423,7 +481,7 @@ double series_share(const struct top_series *s, const struct kvmstats_stat *st)
 	const struct kvmstats_stat *o;
 	double all = 0;
 
-	if (!s->schema || !is_count(st))
+	if (!series_known(s, st) || !is_count(st))
 		return NAN;
 	kvmstats_schema__for_each (o, s->schema)
 		if (is_count(o))
@@ -565,6 +623,16 @@ const char *vm_label(const struct top_vm *vm, char *buf, size_t len)
 	return buf;
 }
 
+const char *vm_unknown(const struct top_vm *vm)
+{
+	bool any = vm->stats.schema || vm->sum.schema;
+
+	if (!any || (vm->stats.schema && !vm->stats.all_missing) ||
+	    (vm->sum.schema && !vm->sum.all_missing))
+		return NULL;
+	return unknown_reason(vm->source);
+}
+
 void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,
 	      size_t len)
 {
@@ -582,7 +650,10 @@ void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,
 		snprintf(buf, len, "%zu", vm->nvcpus);
 		return;
 	case COL_RATE:
-		fmt_count(vm_rate(vm, c->stat), buf, len);
+		if (vm_unknown(vm))
+			snprintf(buf, len, "n/a");
+		else
+			fmt_count(vm_rate(vm, c->stat), buf, len);
 		return;
 	}
 }

@@ -7,25 +7,44 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sanitize.h"
 #include "top.h"
 
 /* ---- text ------------------------------------------------------------ */
 
+/* A column as wide as its widest cell: a long VM name (or a rate, a
+ * source) widens its column instead of shifting the ones after it. */
+static int col_width(const struct top_model *m, size_t c)
+{
+	char cell[160];
+	int w = top_cols[c].width;
+
+	for (size_t i = 0; i < m->nvms; i++) {
+		col_cell(&top_cols[c], m->vms[i], cell, sizeof(cell));
+		if ((int)strlen(cell) > w)
+			w = (int)strlen(cell);
+	}
+	return w;
+}
+
 static void print_list(const struct top_model *m)
 {
 	char cell[160];
+	int w[top_ncols];
 
-	for (size_t c = 0; c < top_ncols; c++)
+	for (size_t c = 0; c < top_ncols; c++) {
+		w[c] = col_width(m, c);
 		printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
-		       top_cols[c].width, top_cols[c].title);
+		       w[c], top_cols[c].title);
+	}
 	putchar('\n');
 	for (size_t i = 0; i < m->nvms; i++) {
 		for (size_t c = 0; c < top_ncols; c++) {
 			col_cell(&top_cols[c], m->vms[i], cell, sizeof(cell));
 			printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
-			       top_cols[c].width, cell);
+			       w[c], cell);
 		}
 		putchar('\n');
 	}
@@ -52,6 +71,13 @@ static void print_stat(const struct top_series *s,
 	unsigned int type = kvmstats_stat__type(st);
 	double sh;
 
+	if (!series_known(s, st)) {
+		/* Refused or not kept by the source: not a 0. */
+		printf("  %-30s %12s %12s %6s  %s\n",
+		       safe_str(kvmstats_stat__name(st)), "n/a", "n/a", "",
+		       "(unknown)");
+		return;
+	}
 	if (stat_is_hist(st)) {
 		uint64_t h[kvmstats_stat__size(st)];
 		double dt = series_interval_s(s);
@@ -105,6 +131,8 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 		printf("\nVM %s  pid %d  id %s  source %s  vcpus %zu\n",
 		       vm_label(vm, label, sizeof(label)), (int)vm->pid, safe_str(vm->id),
 		       vm->source, vm->nvcpus);
+		if (vm_unknown(vm))
+			printf("  no counter readable: %s\n", vm_unknown(vm));
 		printf("  %-30s %12s %12s %6s\n", "stat", "total", "rate/s",
 		       "%total");
 		print_series(o, &vm->stats, 1);
@@ -165,6 +193,18 @@ static struct json_object *stat_obj(const struct top_series *s,
 	unsigned int type = kvmstats_stat__type(st);
 	unsigned int unit = kvmstats_stat__unit(st);
 
+	if (!series_known(s, st)) {
+		/* Unknown: null values, never 0. */
+		o = json_object_new_object();
+		json_object_object_add(o, "type", json_object_new_string(
+				kvmstats_type_str(type)));
+		json_object_object_add(o, "value", NULL);
+		if (type == KVMSTATS_TYPE_CUMULATIVE) {
+			json_object_object_add(o, "total", NULL);
+			json_object_object_add(o, "rate", NULL);
+		}
+		return o;
+	}
 	if (stat_is_hist(st))
 		o = hist_json(s, st);
 	else
@@ -204,6 +244,26 @@ static struct json_object *series_json(const struct top_opts *o,
 	return obj;
 }
 
+/* The window the rates span, as wall-clock times (seconds since the
+ * epoch) of its two readings: each reading's own time, which for a QMP
+ * or libvirt source is its poll's, not the sweep's. */
+static void add_window(struct json_object *j, const struct top_series *s)
+{
+	struct timespec rt, mono;
+	double off;
+
+	if (s->n < 2)
+		return;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	off = (double)rt.tv_sec - (double)mono.tv_sec +
+	      (double)(rt.tv_nsec - mono.tv_nsec) / 1e9;
+	json_object_object_add(j, "from",
+			       json_object_new_double((double)s->t_prev / 1e9 + off));
+	json_object_object_add(j, "to",
+			       json_object_new_double((double)s->t_cur / 1e9 + off));
+}
+
 static struct json_object *vm_json(const struct top_opts *o,
 				   const struct top_vm *vm)
 {
@@ -216,7 +276,10 @@ static struct json_object *vm_json(const struct top_opts *o,
 	json_object_object_add(j, "vm", json_object_new_int(vm->vm));
 	json_object_object_add(j, "id", json_object_new_string(vm->id));
 	json_object_object_add(j, "source", json_object_new_string(vm->source));
+	json_object_object_add(j, "unknown", vm_unknown(vm) ? json_object_new_string(
+				       vm_unknown(vm)) : NULL);
 	json_object_object_add(j, "interval", num_or_null(dt));
+	add_window(j, vm->sum.schema ? &vm->sum : &vm->stats);
 	json_object_object_add(j, "stats", series_json(o, &vm->stats));
 	json_object_object_add(j, "vcpu_sum", series_json(o, &vm->sum));
 	for (size_t i = 0; i < vm->nvcpus; i++) {

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "top_ui.h"
 
@@ -116,6 +117,10 @@ static void list_draw(struct top_ui *ui, int y, int rows)
 			    ? "no VM found" : "reading...");
 	if (!n && !ui->m->nvms && ui->m->frames)
 		ui_put(y + 4, 2, 0, "%s", demo_hint());
+	/* Not "none": another user's VMMs are out of a user's sight. */
+	if (!n && !ui->m->nvms && ui->m->frames && !ui->replay && geteuid())
+		ui_put(y + 5, 2, 0, "other users' VMMs are hidden from uid %d "
+		       "unless it has CAP_SYS_PTRACE", (int)geteuid());
 	free(vis);
 }
 
@@ -348,10 +353,11 @@ static void vm_title(struct top_ui *ui, int y, const struct top_vm *vm)
 	since_text(ui, s, since, sizeof(since));
 	if (COLS >= 100)
 		snprintf(id, sizeof(id), "  %s", vm->id);
-	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  rates/%.2g s  %s",
+	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  rates/%.2g s  %s%s%s",
 	    vm_label(vm, label, sizeof(label)), (int)vm->pid, id, vm->source,
 	    vm->nvcpus, vm->nvcpus == 1 ? "" : "s", isnan(dt) ? 0.0 : dt,
-	    since);
+	    since, vm_unknown(vm) ? "  no counter readable: " : "",
+	    vm_unknown(vm) ? vm_unknown(vm) : "");
 }
 
 static void vm_draw(struct top_ui *ui, int y, int rows)

@@ -424,7 +424,11 @@ KVMSTATS_API const uint64_t *
 kvmstats_reader__missing(const struct kvmstats_reader *r);
 /* Sweeps: a reader also owns two samples, allocated when it was opened,
  * so that a host-wide sweep allocates nothing. kvmstats_reader__sweep()
- * makes the current sample the previous one and reads a new current. */
+ * makes the current sample the previous one and reads a new current,
+ * stamped @time_ns for an fd; a source that serves older data (QMP,
+ * libvirt: a background poll) or takes time to read (debugfs) stamps the
+ * sample with its data's own time, so that rates over cur and prev are
+ * right whatever the source. */
 KVMSTATS_API int kvmstats_reader__sweep(struct kvmstats_reader *r,
 					uint64_t time_ns);
 /* Latest and previous readings (NULL before the first/second sweep). */

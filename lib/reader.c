@@ -393,28 +393,52 @@ static int read_data(struct kvmstats_reader *r, struct kvmstats_sample *smp)
 	return 0;
 }
 
+/*
+ * When the data of an ops source's reading was taken. A background source
+ * (QMP, libvirt) serves a snapshot polled earlier: its time is now less
+ * its age, which can be a whole interval. A slow synchronous one (debugfs:
+ * a file per stat and vCPU) took its data between @t0 and now: the middle.
+ * A rate over the sweep's time instead would divide one poll's worth of
+ * counting by the interval between two sweeps.
+ */
+static uint64_t ops_time(struct kvmstats_reader *r, uint64_t t0)
+{
+	uint64_t t1 = ks_now_ns();
+
+	r->age_ns = r->ops->age_ns ? r->ops->age_ns(r->priv) : 0;
+	if (r->ops->age_ns)
+		return r->age_ns < t1 ? t1 - r->age_ns : 0;
+	return t0 + (t1 - t0) / 2;
+}
+
 int kvmstats_reader__read(struct kvmstats_reader *r,
 			  struct kvmstats_sample *smp)
 {
+	uint64_t t0;
+	int err;
+
 	if (smp->size < r->data_size)
 		return -EINVAL;
-	if (!(r->flags & KVMSTATS_READER_NO_TIME))
-		smp->time_ns = ks_now_ns();
-	return read_data(r, smp);
+	if (r->flags & KVMSTATS_READER_NO_TIME)
+		return read_data(r, smp);
+	t0 = ks_now_ns();
+	err = read_data(r, smp);
+	smp->time_ns = !err && r->fd < 0 && r->ops ? ops_time(r, t0) : t0;
+	return err;
 }
 
 int kvmstats_reader__sweep(struct kvmstats_reader *r, uint64_t time_ns)
 {
 	struct kvmstats_sample *t = r->prev;
+	uint64_t t0 = r->fd < 0 && r->ops ? ks_now_ns() : 0;
 	int err = read_data(r, t);
 
 	/* A failed read keeps the last good reading as the current one. */
 	r->error = err;
 	if (err)
 		return err;
-	t->time_ns = time_ns;
-	if (r->ops && r->ops->age_ns)
-		r->age_ns = r->ops->age_ns(r->priv);
+	/* An fd's pread is one copy: the sweep's time is its time. */
+	t->time_ns = r->fd < 0 && r->ops ? ops_time(r, t0) : time_ns;
 	r->prev = r->cur;
 	r->cur = t;
 	if (r->sweeps < 2)

@@ -318,3 +318,20 @@ runs=$(wc -l <"$TMP/runs")
 procs=$(ls -d /proc/[0-9]* | wc -l)
 check "--pid completion offers PIDs with $runs program run(s) for $procs processes" \
 	test "$(cat "$TMP/comp.out")" -gt 0 -a "$runs" -le 2 -a ! -s "$TMP/comp.err"
+
+# An error names a file once, whichever command opened it.
+echo garbage >"$TMP/notalog"
+"$KVMSTATS" top --once --replay "$TMP/notalog" >/dev/null 2>"$TMP/replay.err"
+check "top --replay NOT_A_LOG: one line naming the file once" \
+	test "$(wc -l <"$TMP/replay.err")" = 1 -a "$(grep -o "$TMP/notalog" "$TMP/replay.err" | wc -l)" = 1
+# --qmp names a socket: a missing one is an error, no fall back.
+"$KVMSTATS" dump --pid 1 --qmp "$TMP/nosock" >/dev/null 2>"$TMP/qmp.err"
+rc=$?
+check "dump --qmp MISSING: status 1, says the socket is missing" \
+	test "$rc" = 1 -a -n "$(grep -- "--qmp $TMP/nosock: No such file or directory" "$TMP/qmp.err")"
+# list --pid of a process that is no VMM: the error alone, no "no VMM on
+# this host" after it.
+"$KVMSTATS" list --pid $$ >"$TMP/list.out" 2>"$TMP/list.err"
+rc=$?
+check "list --pid NOT_A_VMM: status 1, the error only" \
+	test "$rc" = 1 -a ! -s "$TMP/list.out" -a -n "$(grep 'is not a VMM' "$TMP/list.err")"
