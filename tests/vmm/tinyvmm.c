@@ -131,7 +131,8 @@ static void usage(FILE *f)
 	      "  --name NAME        a name for tools to show (like QEMU's -name)\n"
 	      "  --memfd            guest RAM in a memfd (MAP_SHARED), as QEMU's memory-backend-memfd\n"
 	      "  --churn-ms N       with --memfd, once ready: every N ms truncate the memfd to 0,\n"
-	      "                     N/2 ms later give it back its size and its data pages\n",
+	      "                     N/2 ms later give it back its size and its data pages\n"
+	      "                     (without it, with --memfd: each SIGUSR1 does one of the two)\n",
 	      f);
 }
 
@@ -499,9 +500,10 @@ static struct timespec remaining(uint64_t deadline)
 	return ts;
 }
 
-enum wait_result { WAIT_EVENT, WAIT_STOP, WAIT_TIMEOUT };
+enum wait_result { WAIT_EVENT, WAIT_STOP, WAIT_TIMEOUT, WAIT_TOGGLE };
 
-/* Wait for SIGUSR2 (a vCPU event), SIGTERM/SIGINT, or the deadline. */
+/* Wait for SIGUSR2 (a vCPU event), SIGUSR1 (--memfd: take the RAM away
+ * or give it back), SIGTERM/SIGINT, or the deadline. */
 static enum wait_result wait_signal(const sigset_t *set, uint64_t deadline)
 {
 	for (;;) {
@@ -510,6 +512,8 @@ static enum wait_result wait_signal(const sigset_t *set, uint64_t deadline)
 
 		if (sig == SIGUSR2)
 			return WAIT_EVENT;
+		if (sig == SIGUSR1)
+			return WAIT_TOGGLE;
 		if (sig == SIGTERM || sig == SIGINT)
 			return WAIT_STOP;
 		if (sig < 0 && errno == EAGAIN)
@@ -524,6 +528,7 @@ static int wait_ready(struct tinyvmm *t, const sigset_t *set,
 	while (atomic_load(&t->pending) && !atomic_load(&t->failed)) {
 		switch (wait_signal(set, deadline)) {
 		case WAIT_EVENT:
+		case WAIT_TOGGLE:	/* not ready: nothing to take away yet */
 			break;
 		case WAIT_STOP:
 			return 1;
@@ -576,7 +581,8 @@ static int churn_step(struct tinyvmm *t, bool away)
 }
 
 /* After ready: until SIGTERM/SIGINT or the deadline, churning the RAM
- * when asked to. */
+ * when asked to (--churn-ms), or taking it away and giving it back at
+ * each SIGUSR1 (--memfd). */
 static int churn_or_wait(struct tinyvmm *t, const sigset_t *set,
 			 uint64_t deadline)
 {
@@ -584,17 +590,24 @@ static int churn_or_wait(struct tinyvmm *t, const sigset_t *set,
 	bool away = false;
 	unsigned int i;
 
-	if (t->o.churn_ms) {
-		for (i = 0; i < t->nr_vms; i++)
-			if (vm_churn_save(&t->vms[i]) < 0)
-				return -1;
+	for (i = 0; t->o.memfd && i < t->nr_vms; i++)
+		if (vm_churn_save(&t->vms[i]) < 0)
+			return -1;
+	if (t->o.churn_ms)
 		next = now_ns();
-	}
 	for (;;) {
 		switch (wait_signal(set, next < deadline ? next : deadline)) {
 		case WAIT_EVENT:
 			if (atomic_load(&t->failed))
 				return -1;
+			break;
+		case WAIT_TOGGLE:
+			if (!t->o.memfd)
+				break;
+			away = !away;
+			if (churn_step(t, away) < 0)
+				return -1;
+			tv_log("RAM %s", away ? "taken away" : "given back");
 			break;
 		case WAIT_STOP:
 			return 0;
@@ -646,6 +659,7 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGUSR2);
+	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	r = run(t, &set);
