@@ -121,12 +121,12 @@ int ks_view_open(struct ks_view *v, const struct kvmstats_pages *pg)
 	v->maplen = calloc(n, sizeof(*v->maplen));
 	v->blind = calloc(n, sizeof(*v->blind));
 	v->fd = malloc(n * sizeof(*v->fd));
+	for (size_t i = 0; v->fd && i < n; i++)
+		v->fd[i] = -1;
 	if (!v->map || !v->maplen || !v->blind || !v->fd) {
 		ks_view_close(v);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++)
-		v->fd[i] = -1;
 	for (size_t i = 0; i < pg->n; i++)
 		if (from_file(&pg->ram->r[i]) && pg->r[i].ncand)
 			view_region(v, i);
