@@ -290,8 +290,11 @@ struct kvmstats_scan_opts {
 
 /* Read every candidate and test it: anonymous RAM is copied with
  * process_vm_readv in large batches of many iovecs; shared and file RAM
- * is mapped read-only and tested in place (only candidates: a hole is
- * never touched). Never reads a page that was not present. Returns 0;
+ * is read with pread from the VMM's file (only candidates still in
+ * memory: a hole is never touched). Never reads a page that was not
+ * present, never faults (no SIGBUS when the VMM truncates its file): a
+ * candidate gone meanwhile is unknown and counted in e->missing_pages.
+ * Returns 0;
  * -ESRCH when the VMM exited mid-scan (e->note says so and the counts
  * are partial); -ECANCELED when progress asked to stop. */
 KVMSTATS_API int kvmstats_pages__scan(const struct kvmstats_pages *pg,
