@@ -176,11 +176,17 @@ struct ks_pageref {
 int ks_view_open(struct ks_view *v, const struct kvmstats_pages *pg);
 void ks_view_close(struct ks_view *v);
 /* Read pages [page, page + n) of @region, which has a file (fd >= 0),
- * into @buf (n * 4 KiB). ok[i]: page i was in memory before and after
- * the read, and read in full. @vec is n bytes of scratch. Returns the
- * pages read. */
+ * into @buf (n * 4 KiB). ok[i]: page i was in memory before the read,
+ * and read in full; with @recheck, in memory after it too (else call
+ * ks_view_recheck on the pages that need it: only a page read as zeros
+ * can be a hole read). @vec is n bytes of scratch. Returns the pages
+ * read. */
 size_t ks_view_read(const struct ks_view *v, size_t region, uint64_t page,
-		    size_t n, unsigned char *buf, unsigned char *vec, bool *ok);
+		    size_t n, unsigned char *buf, unsigned char *vec, bool *ok,
+		    bool recheck);
+/* Clear ok[i] of the pages of [page, page + n) not in memory now. */
+void ks_view_recheck(const struct ks_view *v, size_t region, uint64_t page,
+		     size_t n, unsigned char *vec, bool *ok);
 /* Read pages @refs[0..n) (n <= 256) into @buf (n * 4 KiB): ptr[i] points
  * at page i's copy, or is NULL when it could not be read (its region is
  * blind, or the page went missing). @addr and @ok are scratch of n

@@ -355,8 +355,10 @@ static void test_pages(struct worker *w, const unsigned char *p, size_t n)
 	}
 }
 
-/* Shared memory: each run read from the file (in memory before and
- * after, or missing), then tested. */
+/* Shared memory: each run read from the file (in memory before, or
+ * missing), then tested. Only a page read as zeros can be a hole the VMM
+ * punched or truncated meanwhile: those are checked in memory again
+ * after the read (or missing), the others were read whole. */
 static void scan_file(struct worker *w, size_t region, uint64_t page,
 		      uint64_t end)
 {
@@ -366,18 +368,31 @@ static void scan_file(struct worker *w, size_t region, uint64_t page,
 		uint64_t at = page, n = ks_pages_next_run(s->pg, region, &at,
 							  FILE_RUN < s->batch_pages ?
 							  FILE_RUN : s->batch_pages);
-		size_t got;
+		size_t got, zeros = 0;
 
 		if (!n || at >= end)
 			break;
 		if (at + n > end)
 			n = end - at;
-		got = ks_view_read(&s->v, region, at, (size_t)n, w->buf, w->vec, w->ok);
+		got = ks_view_read(&s->v, region, at, (size_t)n, w->buf, w->vec,
+				   w->ok, false);
 		for (size_t i = 0; i < n; i++) {
-			if (w->ok[i])
-				test_pages(w, w->buf + i * KS_PAGE, 1);
-			else
+			if (!w->ok[i]) {
 				w->missing++;
+			} else if (!s->zero(w->buf + i * KS_PAGE, KS_PAGE)) {
+				w->nonzero++;
+				w->ok[i] = false;	/* done with */
+			} else {
+				zeros++;	/* ok[i] stays: to check again */
+			}
+		}
+		if (zeros) {
+			ks_view_recheck(&s->v, region, at, (size_t)n, w->vec, w->ok);
+			for (size_t i = 0; i < n; i++) {
+				w->zeros += w->ok[i];
+				zeros -= w->ok[i];
+			}
+			w->missing += zeros;	/* zero, then gone: a hole */
 		}
 		w->bytes += got * KS_PAGE;
 		atomic_fetch_add(&s->done_pages, n);

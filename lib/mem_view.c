@@ -180,8 +180,17 @@ static size_t pread_pages(const struct ks_view *v, size_t region, uint64_t page,
 	return got / KS_PAGE;
 }
 
+void ks_view_recheck(const struct ks_view *v, size_t region, uint64_t page,
+		     size_t n, unsigned char *vec, bool *ok)
+{
+	in_memory(v, region, page, n, vec);
+	for (size_t i = 0; i < n; i++)
+		ok[i] = ok[i] && (vec[i] & 1);
+}
+
 size_t ks_view_read(const struct ks_view *v, size_t region, uint64_t page,
-		    size_t n, unsigned char *buf, unsigned char *vec, bool *ok)
+		    size_t n, unsigned char *buf, unsigned char *vec, bool *ok,
+		    bool recheck)
 {
 	size_t good = 0;
 
@@ -200,11 +209,10 @@ size_t ks_view_read(const struct ks_view *v, size_t region, uint64_t page,
 			ok[i + k] = k < got;
 		i += run;
 	}
-	in_memory(v, region, page, n, vec);
-	for (size_t i = 0; i < n; i++) {
-		ok[i] = ok[i] && (vec[i] & 1);
+	if (recheck)
+		ks_view_recheck(v, region, page, n, vec, ok);
+	for (size_t i = 0; i < n; i++)
 		good += ok[i];
-	}
 	return good;
 }
 
@@ -228,7 +236,7 @@ static long fetch_files(const struct ks_view *v, const struct ks_pageref *refs,
 		       refs[i + run].page == refs[i].page + run)
 			run++;
 		good += (long)ks_view_read(v, r, refs[i].page, run,
-					   buf + slot * KS_PAGE, vec, ok + slot);
+					   buf + slot * KS_PAGE, vec, ok + slot, true);
 		for (size_t k = 0; k < run; k++)
 			ptr[i + k] = ok[slot + k] ? buf + (slot + k) * KS_PAGE : NULL;
 		slot += run;
