@@ -53,9 +53,10 @@ else ifneq ($(WITH_LIBVIRT),no)
 $(error WITH_LIBVIRT must be auto, yes or no, not '$(WITH_LIBVIRT)')
 endif
 
-# The library needs json-c (QMP), zlib (log CRCs) and, when chosen,
-# libvirt; the CLI adds what its sinks use.
-LIB_PKGS := json-c zlib $(if $(USE_LIBVIRT),libvirt)
+# The library needs json-c (QMP), zlib (log CRCs; the planner's zlib
+# sample), libzstd (the planner's zstd sample) and, when chosen, libvirt;
+# the CLI adds what its sinks use.
+LIB_PKGS := json-c zlib libzstd $(if $(USE_LIBVIRT),libvirt)
 PKGS := $(LIB_PKGS) ncursesw libmicrohttpd libcap-ng zlib yaml-0.1 libcrypt
 
 # Flags: the project's own (language, warnings, defines) first, then the

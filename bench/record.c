@@ -12,12 +12,16 @@
  *
  *   bare     pread of every stats fd into one buffer (the baseline)
  *   sweep    kvmstats_host__sweep(): the library's reading
- *   record   sweep + the log writer as `kvmstats record` runs it: whole
+ *   record   kvmstats_log_writer__sweep_host(), as `kvmstats record`
+ *            runs it: each fd read and its delta taken at once; whole
  *            blocks every 256 samples, changed words between
- *   raw      sweep + the log writer with every entry a whole data block
+ *   2 passes kvmstats_host__sweep() then write_host(): the same log,
+ *            every block read again after the whole sweep
+ *   raw      the 2 passes with every entry a whole data block
  *            (--keyframe 1), to show what the deltas save
  *
  * usage: record [--vms N] [--vcpus M] [--rounds R] [--dir DIR] [--raw 0]
+ *               [--two-pass 0]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -154,7 +158,20 @@ static void sweep(struct kvmstats_host *h)
 	kvmstats_host__sweep(h);
 }
 
-static double t_write;	/* the writer's part of the record variant */
+static double t_write;	/* the writer's part of the two-pass variant */
+
+static void check(int err)
+{
+	if (err) {
+		fprintf(stderr, "record bench: writing: %s\n", strerror(-err));
+		exit(1);
+	}
+}
+
+static void fused(struct kvmstats_host *h, struct kvmstats_log_writer *w)
+{
+	check(kvmstats_log_writer__sweep_host(w, h, NULL, NULL));
+}
 
 static void record(struct kvmstats_host *h, struct kvmstats_log_writer *w)
 {
@@ -165,11 +182,7 @@ static void record(struct kvmstats_host *h, struct kvmstats_log_writer *w)
 	t0 = cpu_now();
 	err = kvmstats_log_writer__write_host(w, h);
 	t_write += cpu_now() - t0;
-
-	if (err) {
-		fprintf(stderr, "record bench: writing: %s\n", strerror(-err));
-		exit(1);
-	}
+	check(err);
 }
 
 static struct kvmstats_log_writer *writer(struct kvmstats_ctx *ctx,
@@ -187,18 +200,50 @@ static struct kvmstats_log_writer *writer(struct kvmstats_ctx *ctx,
 	return w;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n ? v[n / 2] : 0;
+}
+
+#define NV 4	/* host objects: bare and sweep, record, 2 passes, raw */
+
+static void unlink_log(const char *path)
+{
+	char p1[300];
+
+	unlink(path);
+	snprintf(p1, sizeof(p1), "%s.1", path);
+	unlink(p1);
+}
+
+/* Bytes the sample just written added to @w's file, per fd. */
+static void log_bytes(struct kvmstats_log_writer *w, uint64_t size, uint64_t *bytes,
+		      uint64_t *nbytes)
+{
+	if (kvmstats_log_writer__size(w) > size)
+		*bytes += kvmstats_log_writer__size(w) - size, (*nbytes)++;
+}
+
 int main(int argc, char **argv)
 {
-	int nvms = 250, nvcpus = 3, rounds = 200, do_raw = 1;
+	int nvms = 250, nvcpus = 3, rounds = 200, do_raw = 1, do_two = 1;
 	const char *dir = "/tmp";
-	double t[4] = { 0 }, t0, tw = 0;
+	double t[5] = { 0 }, t0, tw = 0, *ratios;
 	struct kvmstats_ctx *ctx;
-	struct kvmstats_host *h, *hs[3];
-	struct kvmstats_log_writer *w, *wraw;
-	char path[256], praw[256];
+	struct kvmstats_host *h, *hs[NV];
+	struct kvmstats_log_writer *w, *w2, *wraw;
+	char path[256], p2[256], praw[256];
 	pid_t self = getpid(), child;
 	struct rlimit rl;
-	uint64_t size, bytes = 0, nbytes = 0;
+	uint64_t size, bytes = 0, nbytes = 0, bytes2 = 0, nbytes2 = 0;
 	size_t fds = 0;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -210,6 +255,8 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--raw"))
 			do_raw = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--two-pass"))
+			do_two = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--dir"))
 			dir = argv[i + 1];
 	}
@@ -226,7 +273,7 @@ int main(int argc, char **argv)
 	ctx = kvmstats_ctx__new(NULL);
 	/* One host object per variant: each takes its own fds, and a
 	 * variant's sweeps do not move the readers of another. */
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < NV; i++) {
 		hs[i] = kvmstats_host__new(ctx, &(struct kvmstats_host_opts){
 			.sz = sizeof(struct kvmstats_host_opts), .pids = &child,
 			.npids = 1, .source = "fd" });
@@ -240,58 +287,81 @@ int main(int argc, char **argv)
 	h = hs[0];
 	fds = collect_targets(h);
 	snprintf(path, sizeof(path), "%s/kvmstats-bench-record.%d.log", dir, (int)self);
+	snprintf(p2, sizeof(p2), "%s/kvmstats-bench-record-2.%d.log", dir, (int)self);
 	snprintf(praw, sizeof(praw), "%s/kvmstats-bench-record-raw.%d.log", dir, (int)self);
 	w = writer(ctx, path, 0);
+	w2 = writer(ctx, p2, 0);
 	wraw = writer(ctx, praw, 1);
 	/* Warm up: first sweeps and key entries. */
 	for (int i = 0; i < 3; i++) {
 		bare();
-		record(hs[1], w);
-		record(hs[2], wraw);
+		fused(hs[1], w);
+		record(hs[2], w2);
+		record(hs[3], wraw);
 	}
+	ratios = calloc((size_t)rounds * 5, sizeof(*ratios));
 	for (int r = 0; r < rounds; r++) {
+		double r_t[5];
+
 		t0 = cpu_now();
 		bare();
-		t[0] += cpu_now() - t0;
+		r_t[0] = cpu_now() - t0;
+		t[0] += r_t[0];
 		t0 = cpu_now();
 		sweep(h);
-		t[1] += cpu_now() - t0;
+		r_t[1] = cpu_now() - t0;
+		t[1] += r_t[1];
 		size = kvmstats_log_writer__size(w);
+		t0 = cpu_now();
+		fused(hs[1], w);
+		r_t[2] = cpu_now() - t0;
+		t[2] += r_t[2];
+		log_bytes(w, size, &bytes, &nbytes);
+		size = kvmstats_log_writer__size(w2);
 		t_write = 0;
 		t0 = cpu_now();
-		record(hs[1], w);
-		t[2] += cpu_now() - t0;
+		if (do_two)
+			record(hs[2], w2);
+		r_t[3] = cpu_now() - t0;
+		t[3] += r_t[3];
 		tw += t_write;
-		if (kvmstats_log_writer__size(w) > size)
-			bytes += kvmstats_log_writer__size(w) - size, nbytes++;
+		log_bytes(w2, size, &bytes2, &nbytes2);
 		t0 = cpu_now();
 		if (do_raw)
-			record(hs[2], wraw);
-		t[3] += cpu_now() - t0;
+			record(hs[3], wraw);
+		r_t[4] = cpu_now() - t0;
+		t[4] += r_t[4];
+		for (int k = 1; k < 5; k++)
+			ratios[k * rounds + r] = r_t[k] / r_t[0];
 	}
 	printf("record: %zu stats fds (%d VMs x %d vCPUs + VM fds), %d samples each, CPU time per sample\n",
 	       ntargets, nvms, nvcpus, rounds);
+	printf("  (ratio: of the sums over the rounds; median: of the rounds' own ratios,\n"
+	       "   which a round disturbed by another process moves less)\n");
 	printf("  bare pread loop   %9.1f us  (%.2f us per fd)\n", t[0] / rounds * 1e6,
 	       t[0] / rounds / ntargets * 1e6);
-	printf("  library sweep     %9.1f us  ratio %.3f\n", t[1] / rounds * 1e6, t[1] / t[0]);
-	printf("  record (deltas)   %9.1f us  ratio %.3f  (log %.0f bytes per fd per sample)\n",
-	       t[2] / rounds * 1e6, t[2] / t[0],
+	printf("  library sweep     %9.1f us  ratio %.3f  median %.3f\n", t[1] / rounds * 1e6,
+	       t[1] / t[0], median(ratios + rounds, rounds));
+	printf("  record            %9.1f us  ratio %.3f  median %.3f  (log %.0f bytes per fd per sample)\n",
+	       t[2] / rounds * 1e6, t[2] / t[0], median(ratios + 2 * rounds, rounds),
 	       nbytes ? (double)bytes / nbytes / fds : 0.0);
+	printf("  sweep, then write %9.1f us  ratio %.3f  median %.3f  (log %.0f bytes per fd per sample)\n",
+	       t[3] / rounds * 1e6, t[3] / t[0], median(ratios + 3 * rounds, rounds),
+	       nbytes2 ? (double)bytes2 / nbytes2 / fds : 0.0);
 	if (do_raw)
-		printf("  record (raw)      %9.1f us  ratio %.3f\n", t[3] / rounds * 1e6,
-		       t[3] / t[0]);
-	printf("  the log writer's own calls: %.1f us per sample, %.3f us per fd: "
+		printf("  the same, raw     %9.1f us  ratio %.3f\n", t[4] / rounds * 1e6,
+		       t[4] / t[0]);
+	printf("  sweep, then write: the writer's calls %.1f us per sample, %.3f us per fd: "
 	       "%.1f%% of the bare pread\n",
 	       tw / rounds * 1e6, tw / rounds / ntargets * 1e6, tw / t[0] * 100);
+	free(ratios);
 	kvmstats_log_writer__close(w);
+	kvmstats_log_writer__close(w2);
 	kvmstats_log_writer__close(wraw);
-	unlink(path);
-	unlink(praw);
-	snprintf(path + strlen(path), sizeof(path) - strlen(path), ".1");
-	unlink(path);
-	snprintf(praw + strlen(praw), sizeof(praw) - strlen(praw), ".1");
-	unlink(praw);
-	for (int i = 0; i < 3; i++)
+	unlink_log(path);
+	unlink_log(p2);
+	unlink_log(praw);
+	for (int i = 0; i < NV; i++)
 		kvmstats_host__free(hs[i]);
 	kvmstats_ctx__free(ctx);
 	kill(child, SIGKILL);

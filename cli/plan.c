@@ -37,6 +37,10 @@ enum {
 	OPT_REGION,
 	OPT_PAGEMAP,
 	OPT_SEED,
+	OPT_PARALLEL,
+	OPT_COMPRESSED,
+	OPT_AUTO_CONVERGE,
+	OPT_POSTCOPY,
 };
 
 struct region_arg {
@@ -56,6 +60,7 @@ struct plan_args {
 	uint64_t seed;
 	struct region_arg *regions;
 	size_t nregions;
+	struct kvmstats_migrate_overrides mig;	/* --parallel ... */
 };
 
 /* One VM: its plan, or why there is none. */
@@ -208,6 +213,24 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return parse_region(cli, a, arg) ? 0 : -1;
 	case OPT_PAGEMAP:
 		return parse_pagemap(cli, arg, &a->pagemap) ? 0 : -1;
+	case OPT_PARALLEL:
+		v = cli_parse_long(cli, "--parallel", arg, 1, 255);
+		if (v < 0)
+			return -1;
+		a->mig.parallel = (unsigned int)v;
+		return 0;
+	case OPT_COMPRESSED:
+		a->mig.compress = kvmstats_mig_compress_parse(arg);
+		if (a->mig.compress > 0)
+			return 0;
+		cli_err(cli, "--compressed: what is '%s'? (zlib, zstd)", arg);
+		return -1;
+	case OPT_AUTO_CONVERGE:
+		a->mig.auto_converge = 1;
+		return 0;
+	case OPT_POSTCOPY:
+		a->mig.postcopy = 1;
+		return 0;
 	case OPT_SEED:
 		v = cli_parse_long(cli, "--seed", arg, 1, LONG_MAX);
 		if (v < 0)
@@ -289,8 +312,10 @@ static void open_row(struct cli *cli, const struct plan_args *a, struct vm_row *
 	if (!row->p && !row->error[0])
 		snprintf(row->error, sizeof(row->error), "pid %d: %s", (int)row->pid,
 			 strerror(errno));
-	if (row->p)
+	if (row->p) {
+		kvmstats_plan__set_overrides(row->p, &a->mig);
 		row->res = kvmstats_plan__result(row->p);
+	}
 }
 
 /* The stats estimator reads KVM's stats through the core library's
@@ -573,6 +598,47 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	jset(o, "prediction", j);
 }
 
+/* The settings the model used, each with where it came from, and how it
+ * ran them. */
+static void add_settings(struct json_object *pred, const struct kvmstats_plan *p)
+{
+	const struct kvmstats_migrate_settings *s = kvmstats_plan__settings(p);
+	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(p);
+	const struct kvmstats_compress_estimate *c = &d->compress;
+	struct json_object *set = json_object_new_object(), *cj;
+	char v[32];
+
+	for (int k = 0; k < KVMSTATS_MIG_NKEYS; k++) {
+		struct json_object *e = json_object_new_object();
+
+		kvmstats_migrate_settings__value(s, (enum kvmstats_mig_key)k, v, sizeof(v));
+		jset(e, "value", jstr(v));
+		jset(e, "source", jstr(kvmstats_mig_src_str(s->src[k])));
+		jset(set, kvmstats_mig_key_str((enum kvmstats_mig_key)k), e);
+	}
+	snprintf(v, sizeof(v), "%u.%u", s->qemu_major, s->qemu_minor);
+	jset(pred, "qemu_version", s->qemu_major ? jstr(v) : NULL);
+	jset(pred, "settings", set);
+	jset(pred, "mechanism", jstr(d->mechanism ? d->mechanism : "legacy"));
+	jset(pred, "effective_bandwidth_bytes_per_second", jnum(d->effective_bw));
+	jset(pred, "wire_bytes", ju64(d->wire_bytes));
+	if (c->valid || c->note[0]) {
+		cj = json_object_new_object();
+		jset(cj, "method", jstr(kvmstats_mig_compress_str(c->method)));
+		jset(cj, "level", json_object_new_int(c->level));
+		jset(cj, "sampled_pages", ju64(c->pages));
+		jset(cj, "ratio", c->valid ? jnum(c->ratio) : NULL);
+		jset(cj, "elapsed_seconds", jnum(c->elapsed_s));
+		jset(cj, "note", jstr(c->note));
+		jset(pred, "compression", cj);
+	}
+	if (s->auto_converge) {
+		jset(pred, "max_throttle_percent", json_object_new_int((int)d->max_throttle));
+		jset(pred, "throttled_seconds", jnum(d->throttled_s));
+	}
+	jset(pred, "not_modelled", jstr(d->not_modelled));
+}
+
 static struct json_object *row_json(const struct vm_row *row, int rank)
 {
 	struct json_object *o = json_object_new_object();
@@ -604,6 +670,7 @@ static struct json_object *row_json(const struct vm_row *row, int rank)
 								       (double)e->pages : 0));
 		jset(o, "coverage", jnum(e->coverage));
 		add_prediction(o, r);
+		add_settings(json_object_object_get(o, "prediction"), row->p);
 	}
 	jset(o, "elapsed_seconds", jnum(r->elapsed_s));
 	ests = json_object_new_array();
@@ -700,6 +767,33 @@ static void print_row(const struct vm_row *row, int rank)
 	       r->pred.converges ? "yes" : "NO", cost);
 }
 
+/* -v: the settings the model used and where each came from. */
+static void print_settings(const struct kvmstats_plan *p)
+{
+	const struct kvmstats_migrate_settings *s = kvmstats_plan__settings(p);
+	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(p);
+	char v[32];
+
+	if (s->qemu_major)
+		printf("  migration: %s, QEMU %u.%u, at %.1f MiB/s\n", d->mechanism,
+		       s->qemu_major, s->qemu_minor, d->effective_bw / 1048576.0);
+	else
+		printf("  migration: %s, QEMU version unknown (7.2 assumed), at %.1f MiB/s\n",
+		       d->mechanism, d->effective_bw / 1048576.0);
+	for (int k = 0; k < KVMSTATS_MIG_NKEYS; k++) {
+		kvmstats_migrate_settings__value(s, (enum kvmstats_mig_key)k, v, sizeof(v));
+		printf("    %-26s %-12s (%s)\n", kvmstats_mig_key_str((enum kvmstats_mig_key)k),
+		       v, kvmstats_mig_src_str(s->src[k]));
+	}
+	if (d->compress.note[0])
+		printf("  compression: %s\n", d->compress.note);
+	if (s->auto_converge)
+		printf("  auto-converge: the guest's vCPUs throttled up to %u%% for %.2f s\n",
+		       d->max_throttle, d->throttled_s);
+	if (d->not_modelled[0])
+		printf("  not modelled: %s\n", d->not_modelled);
+}
+
 static void print_estimates(const struct vm_row *row, bool verbose)
 {
 	const struct kvmstats_plan_vm *r = row->res;
@@ -744,6 +838,8 @@ static void print_estimates(const struct vm_row *row, bool verbose)
 	if (r->predicted)
 		printf("  model: %s at %.0f MiB/s (%s), downtime limit %.0f ms\n", r->pred.note,
 		       r->bandwidth / 1048576.0, r->bandwidth_source, r->downtime_s * 1e3);
+	if (r->predicted && verbose)
+		print_settings(row->p);
 }
 
 /* Pages the VMM took away while the plan read them: unknown, so said. */
@@ -784,6 +880,20 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 	for (size_t i = 0; detail && i < n; i++)
 		if (rows[i].p)
 			print_estimates(&rows[i], cli->verbose > 0);
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p && rows[i].res->predicted &&
+		    !kvmstats_plan__settings(rows[i].p)->qemu_major)
+			printf("\npid %d: QEMU's migration settings were not read (%s): its "
+			       "defaults (QEMU 7.2's) and the options were used\n",
+			       (int)rows[i].pid,
+			       kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))[0] ?
+				       safe_str(kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))) :
+				       "no QMP");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p && rows[i].res->predicted &&
+		    kvmstats_plan__detail(rows[i].p)->not_modelled[0])
+			printf("\npid %d: on but not modelled: %s\n", (int)rows[i].pid,
+			       kvmstats_plan__detail(rows[i].p)->not_modelled);
 	print_missing(rows, n);
 	if (a->interval == 0)
 		printf("\n--interval 0: no dirty rate measured; the model assumed clean guests\n");
@@ -818,6 +928,14 @@ static const struct cli_opt plan_opts[] = {
 	  "classify with PAGEMAP_SCAN (scan), pagemap entries (read), or auto" },
 	{ "seed", OPT_SEED, 0, "N", "from the clock",
 	  "seed of the random samples, for reproducible output" },
+	{ "parallel", OPT_PARALLEL, 0, "N", "QEMU's",
+	  "the migration will use multifd with N channels (virsh --parallel)" },
+	{ "compressed", OPT_COMPRESSED, 0, "zlib|zstd", "QEMU's",
+	  "multifd will compress with this (virsh --compressed)" },
+	{ "auto-converge", OPT_AUTO_CONVERGE, 0, NULL, NULL,
+	  "the migration will auto-converge (its CPU throttle is modelled)" },
+	{ "postcopy", OPT_POSTCOPY, 0, NULL, NULL,
+	  "the migration may switch to post-copy (not modelled yet: said so)" },
 	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
 	  "every method's estimate and the RAM regions of each VM" },
 	CLI_OPTS_TARGET,
@@ -839,7 +957,9 @@ static const struct cli_spec plan_spec = {
 
 int cmd_plan(struct cli *cli, int argc, char **argv)
 {
-	struct plan_args a = { .interval = 1, .methods = 1u << KVMSTATS_METHOD_SCAN };
+	struct plan_args a = { .interval = 1, .methods = 1u << KVMSTATS_METHOD_SCAN,
+		.mig = { .sz = sizeof(a.mig), .compress = -1, .auto_converge = -1,
+			 .postcopy = -1 } };
 	struct kvmstats_range *ranges = NULL;
 	struct vm_row *rows = NULL;
 	pid_t *pids = NULL;

@@ -81,6 +81,7 @@ struct prom_model_stats {
 	size_t families;
 	size_t series;			/* metrics (label sets) last prepared */
 	size_t skipped_stats;		/* stats of unknown type or unit */
+	size_t series_cut;		/* past a VMM's share of samples */
 	/* Per source (index as in kvmstats_sources(), then "other"). */
 	size_t src_vms[8];
 	size_t src_errors[8];		/* readers that failed at the last sweep */

@@ -98,6 +98,7 @@ struct prom_model {
 	size_t max_labels;
 	size_t vmms;
 	size_t skipped;
+	size_t series_cut;	/* past a VMM's share (prom_model.c) */
 	size_t series;
 	size_t src_vms[PROM_NSRC];
 	size_t src_errors[PROM_NSRC];

@@ -422,7 +422,7 @@ static void model_clear(struct prom_model *m)
 	m->labels = NULL;
 	m->nfams = m->nmaps = m->ntargets = 0;
 	m->labels_len = m->labels_cap = m->max_labels = 0;
-	m->vmms = m->skipped = 0;
+	m->vmms = m->skipped = m->series_cut = 0;
 }
 
 void prom_model_free(struct prom_model *m)
@@ -530,7 +530,25 @@ static int put_labels(struct prom_model *m, struct kvmstats_vmm *v, size_t vm,
 struct build {
 	pid_t last_pid;
 	uint64_t last_uid;
+	size_t lines, max_lines;	/* of the VMM being added */
 };
+
+/* Samples one VMM may export: what a kernel's schemas give (an x86
+ * vCPU: about 150 with its three 32-bucket histograms) with room, per
+ * vCPU. A VMM's monitor may describe histograms of 256 buckets, and
+ * 131k buckets cost a scrape 9.8 MB: past this the rest of the VMM's
+ * series are cut, and counted (kvmstats_series_cut). */
+#define PROM_VMM_LINES 4096u
+#define PROM_VCPU_LINES 512u
+
+static size_t vmm_max_lines(struct kvmstats_vmm *v)
+{
+	size_t vcpus = 0;
+
+	for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++)
+		vcpus += kvmstats_vm__num_vcpus(kvmstats_vmm__vm(v, j));
+	return PROM_VMM_LINES + vcpus * PROM_VCPU_LINES;
+}
 
 static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 		      size_t vm, int vcpu, struct kvmstats_reader *r)
@@ -549,6 +567,8 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 	t->labels_len = (uint32_t)(m->labels_len - t->labels - 1);
 	if (b->last_uid != t->uid) {
 		b->last_uid = t->uid;
+		b->lines = 0;
+		b->max_lines = vmm_max_lines(v);
 		m->vmms++;
 	}
 	map = get_map(m, kvmstats_reader__schema(r), vcpu >= 0);
@@ -559,9 +579,17 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 		struct family *f;
 		const struct kvmstats_stat *st;
 
+		size_t lines;
+
 		if (map->fam[i] < 0)
 			continue;
 		f = &m->fams[map->fam[i]];
+		lines = f->kind == FAM_HIST ? (size_t)f->size + 2 : 1;
+		if (b->lines + lines > b->max_lines) {
+			m->series_cut++;
+			continue;
+		}
+		b->lines += lines;
 		if (f->nseries == f->cap) {
 			size_t cap = f->cap ? f->cap * 2 : 64;
 			void *p = realloc(f->series, cap * sizeof(*f->series));
@@ -658,6 +686,7 @@ void prom_model_stats(const struct prom_model *m, struct prom_model_stats *st)
 	st->families = m->nfams;
 	st->series = m->series;
 	st->skipped_stats = m->skipped;
+	st->series_cut = m->series_cut;
 	memcpy(st->src_vms, m->src_vms, sizeof(m->src_vms));
 	memcpy(st->src_errors, m->src_errors, sizeof(m->src_errors));
 	memcpy(st->src_age_ns, m->src_age_ns, sizeof(m->src_age_ns));

@@ -77,6 +77,7 @@ struct rec {
 	size_t nsel;
 	struct choice *choice;		/* --name's verdict per VMM uid */
 	size_t nchoice;
+	size_t verdict_at;		/* where vmm_chosen() looks first */
 	struct kvmstats_log_writer *w;
 	bool failing;			/* the last sample was not written */
 	uint64_t dropped_seen;
@@ -503,6 +504,29 @@ static int refresh(struct rec *r, bool first)
 	return choose(r);
 }
 
+/* What the sample's commit returned: say when writing fails and when
+ * it works again. */
+static void sample_written(struct rec *r, int err)
+{
+	if (err == -EAGAIN)
+		return;		/* still failing, not tried again yet */
+	if (err) {
+		/* The library said why, once per kind of failure. */
+		if (!r->failing)
+			r->dropped_seen = kvmstats_log_writer__dropped(r->w) - 1;
+		r->failing = true;
+		return;
+	}
+	if (r->failing)
+		cli_warn(r->cli, "%s: writing again after %llu dropped samples",
+			 r->output,
+			 (unsigned long long)(kvmstats_log_writer__dropped(r->w) -
+					      r->dropped_seen));
+	r->failing = false;
+}
+
+/* The log of a sweep already taken (with --log, which reads the
+ * readers' two last readings). */
 static void write_sample(struct rec *r)
 {
 	int err = kvmstats_log_writer__begin(r->w, kvmstats_host__time_ns(r->host), 0);
@@ -519,22 +543,25 @@ static void write_sample(struct rec *r)
 			cli_warn(r->cli, "%s: pid %d: %s", r->output,
 				 (int)kvmstats_vmm__pid(r->sel[i]), strerror(-err));
 	}
-	err = kvmstats_log_writer__commit(r->w);
-	if (err == -EAGAIN)
-		return;		/* still failing, not tried again yet */
-	if (err) {
-		/* The library said why, once per kind of failure. */
-		if (!r->failing)
-			r->dropped_seen = kvmstats_log_writer__dropped(r->w) - 1;
-		r->failing = true;
-		return;
-	}
-	if (r->failing)
-		cli_warn(r->cli, "%s: writing again after %llu dropped samples",
-			 r->output,
-			 (unsigned long long)(kvmstats_log_writer__dropped(r->w) -
-					      r->dropped_seen));
-	r->failing = false;
+	sample_written(r, kvmstats_log_writer__commit(r->w));
+}
+
+/* sweep_host()'s question, asked after it dropped the VMMs that exited:
+ * the last choose()'s verdict, or the rules for a VMM just found. */
+static bool vmm_chosen(const struct kvmstats_vmm *v, void *arg)
+{
+	struct rec *r = arg;
+	int chosen = last_verdict(r, kvmstats_vmm__uid(v), &r->verdict_at);
+
+	return chosen < 0 ? target_selected(&r->a, (struct kvmstats_vmm *)v) : chosen;
+}
+
+/* Read every reader and write the sample in one pass, the cheap way
+ * (kvmstats_log_writer__sweep_host()). */
+static void sweep_and_write(struct rec *r)
+{
+	r->verdict_at = 0;
+	sample_written(r, kvmstats_log_writer__sweep_host(r->w, r->host, vmm_chosen, r));
 }
 
 static void on_sighup(struct rec *r)
@@ -582,14 +609,18 @@ static int run(struct rec *r)
 				return EXIT_FAIL;
 			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
 		}
-		kvmstats_host__sweep(r->host);
+		/* Without --log nothing needs the readers' own readings. */
+		if (r->w && !r->log)
+			sweep_and_write(r);
+		else
+			kvmstats_host__sweep(r->host);
 		if (choose(r))
 			return EXIT_FAIL;
 		if (r->a.npids && had_vmms && !kvmstats_host__num_vmms(r->host)) {
 			cli_warn(r->cli, "every VMM asked for has exited: stopping");
 			break;
 		}
-		if (r->w)
+		if (r->w && r->log)
 			write_sample(r);
 		if (r->log)
 			log_line(r, now_ns(CLOCK_REALTIME), n);

@@ -45,9 +45,14 @@ struct prev {
 	bool valid;
 };
 
+/* A column's sum over the chosen targets: a rate is a double, a raw
+ * value is summed exactly (in 128 bits: u64 counters near 2^64 would
+ * round in a double, and a sum of several can pass 2^64). */
 struct column {
 	char *name;
-	double value;
+	double rate;
+	unsigned __int128 raw;
+	bool rated;		/* a rate: print rate, not raw */
 	bool any, ever;		/* in this line; in any line */
 };
 
@@ -441,6 +446,7 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 	kvmstats_schema__for_each(st, e->schema) {
 		unsigned int type = kvmstats_stat__type(st);
 		struct column *c;
+		uint64_t raw;
 		double v;
 
 		if (is_hist(st) || is_missing(e, st))
@@ -448,7 +454,7 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 		c = column(r, kvmstats_stat__name(st));
 		if (!c)
 			continue;
-		v = (double)kvmstats_stat__values(st, e->data)[0];
+		raw = kvmstats_stat__values(st, e->data)[0];
 		if (r->rates && type == KVMSTATS_TYPE_CUMULATIVE) {
 			if (!p)
 				continue;
@@ -457,11 +463,13 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 							p->time_ns);
 			if (isnan(v))
 				continue;
+			c->rate += v;
+			c->rated = true;
+		} else if (type == KVMSTATS_TYPE_PEAK) {
+			c->raw = c->any && c->raw > raw ? c->raw : raw;
+		} else {
+			c->raw += raw;
 		}
-		if (type == KVMSTATS_TYPE_PEAK)
-			c->value = c->any && c->value > v ? c->value : v;
-		else
-			c->value += v;
 		c->any = true;
 	}
 }
@@ -473,6 +481,34 @@ static int col_width(const struct column *c)
 	return n > 9 ? n : 9;
 }
 
+/* @v in decimal, exactly (printf has no 128-bit conversion). */
+static const char *u128_str(unsigned __int128 v, char *buf, size_t len)
+{
+	char *p = buf + len - 1;
+
+	*p = '\0';
+	do {
+		*--p = (char)('0' + (int)(v % 10));
+		v /= 10;
+	} while (v && p > buf);
+	return p;
+}
+
+static void print_cell(const struct replay *r, const struct column *c)
+{
+	char buf[48];
+	int w = col_width(c);
+
+	if (!c->any)
+		printf(" %*s", w, "-");
+	else if (c->rated)
+		printf(" %*.1f", w, c->rate);
+	else if (r->rates)	/* a level among rates: the same one decimal */
+		printf(" %*s.0", w - 2, u128_str(c->raw, buf, sizeof(buf)));
+	else
+		printf(" %*s", w, u128_str(c->raw, buf, sizeof(buf)));
+}
+
 static void print_table_sample(struct replay *r)
 {
 	time_t t = (time_t)(r->rt_ns / 1000000000ull);
@@ -481,7 +517,8 @@ static void print_table_sample(struct replay *r)
 	char ts[32];
 
 	for (size_t c = 0; c < r->ncols; c++)
-		r->cols[c].value = 0, r->cols[c].any = false;
+		r->cols[c].rate = 0, r->cols[c].raw = 0, r->cols[c].rated = false,
+		r->cols[c].any = false;
 	for (size_t i = 0; i < kvmstats_log_reader__num_entries(r->log); i++) {
 		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
 
@@ -489,7 +526,8 @@ static void print_table_sample(struct replay *r)
 			sum_entry(r, e);
 	}
 	for (size_t c = 0; c < r->ncols; c++) {
-		r->cols[c].ever |= r->cols[c].any && r->cols[c].value != 0;
+		r->cols[c].ever |= r->cols[c].any &&
+				   (r->cols[c].rated ? r->cols[c].rate != 0 : r->cols[c].raw != 0);
 		any |= r->cols[c].any;
 	}
 	/* With --rates the first sample has nothing to show. */
@@ -504,13 +542,8 @@ static void print_table_sample(struct replay *r)
 	localtime_r(&t, &tm);
 	strftime(ts, sizeof(ts), "%Y-%m-%d %H:%M:%S", &tm);
 	printf("%s.%03u", ts, (unsigned int)(r->rt_ns / 1000000 % 1000));
-	for (size_t c = 0; c < r->ncols; c++) {
-		if (r->cols[c].any)
-			printf(" %*.*f", col_width(&r->cols[c]), r->rates ? 1 : 0,
-			       r->cols[c].value);
-		else
-			printf(" %*s", col_width(&r->cols[c]), "-");
-	}
+	for (size_t c = 0; c < r->ncols; c++)
+		print_cell(r, &r->cols[c]);
 	putchar('\n');
 }
 

@@ -77,6 +77,10 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 		    "clashing with another stat's name, or histograms left out "
 		    "by --no-histograms");
 	prom_sample_u64(b, "kvmstats_skipped_stats", NULL, st.skipped_stats);
+	prom_family(b, f, "kvmstats_series_cut", "gauge", NULL,
+		    "Series left out: past a VMM's share of samples (4096, and "
+		    "512 per vCPU)");
+	prom_sample_u64(b, "kvmstats_series_cut", NULL, st.series_cut);
 	prom_family(b, f, "kvmstats_scrapes", "counter", NULL,
 		    "Scrapes served per format (requests that shared one count once)");
 	prom_sample_u64(b, "kvmstats_scrapes_total", "format=\"text\"",

@@ -192,7 +192,8 @@ static int add_file(struct cli *cli, struct target_set *t, const char *path)
 	struct kvmstats_reader *r;
 	char why[256] = "";
 
-	r = kvmstats_reader__open_file(cli->ctx, path,
+	/* "-": standard input, read as a stream when it is a pipe. */
+	r = kvmstats_reader__open_file(cli->ctx, strcmp(path, "-") ? path : "/dev/stdin",
 				       &(struct kvmstats_reader_opts){
 					       .sz = sizeof(struct kvmstats_reader_opts),
 					       .errbuf = why,

@@ -213,6 +213,8 @@ KVMSTATS_API int kvmstats_format_unit(unsigned int unit, double value,
 KVMSTATS_API int kvmstats_hist__bucket_bounds(const struct kvmstats_stat *st,
 					      uint32_t i, double *lo,
 					      double *hi);
+/* The number of values in the histogram; UINT64_MAX when the buckets add
+ * up to that or more (never a wrapped sum). */
 KVMSTATS_API uint64_t kvmstats_hist__count(const struct kvmstats_stat *st,
 					   const uint64_t *buckets);
 /* Estimate the q-quantile (0..1) in raw units, interpolating linearly

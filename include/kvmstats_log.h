@@ -135,6 +135,19 @@ KVMSTATS_API int kvmstats_log_writer__commit(struct kvmstats_log_writer *w);
 KVMSTATS_API int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
 						 const struct kvmstats_host *h);
 
+/* kvmstats_host__sweep() and write_host() in one pass, cheaper: each
+ * reader's delta is taken as soon as it is read, while its data is in
+ * the cache. Drops the VMMs that exited, sweeps every reader of @h once
+ * and writes those of the VMMs @choose accepts (NULL: every VMM; the
+ * others are swept, not written). A target that cannot be added (out of
+ * memory) is left out of the sample, with a warning in the context's
+ * log. Returns what begin or commit returned. */
+typedef bool (*kvmstats_log_choose_fn)(const struct kvmstats_vmm *v, void *arg);
+KVMSTATS_API int kvmstats_log_writer__sweep_host(struct kvmstats_log_writer *w,
+						 struct kvmstats_host *h,
+						 kvmstats_log_choose_fn choose,
+						 void *arg);
+
 /* Samples written and dropped (failed writes) since open. */
 KVMSTATS_API uint64_t
 kvmstats_log_writer__samples(const struct kvmstats_log_writer *w);

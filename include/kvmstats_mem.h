@@ -516,6 +516,131 @@ KVMSTATS_API int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
 KVMSTATS_API int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms,
 					   size_t n, char *buf, size_t len);
 
+/* ---------------------------------------------------------------------
+ * The migration as QEMU will run it: every setting that changes its cost,
+ * read over QMP in the same short exchange as the RAM blocks
+ * (query-version, query-migrate-capabilities, query-migrate-parameters),
+ * overridden by what the caller says the migration will be run with
+ * (libvirt sets these at migration time: virsh migrate --parallel,
+ * --compressed, --auto-converge, --postcopy, --bandwidth), else QEMU's
+ * defaults for its version. Each setting records where it came from.
+ */
+enum kvmstats_mig_src {
+	KVMSTATS_MIG_SRC_DEFAULT,	/* QEMU's default (for its version) */
+	KVMSTATS_MIG_SRC_QMP,		/* read from the running QEMU */
+	KVMSTATS_MIG_SRC_OPTION,	/* the caller's override */
+};
+
+enum kvmstats_mig_compress {
+	KVMSTATS_MIG_COMPRESS_NONE,
+	KVMSTATS_MIG_COMPRESS_ZLIB,
+	KVMSTATS_MIG_COMPRESS_ZSTD,
+	KVMSTATS_MIG_COMPRESS_OTHER,	/* qpl, uadk, qatzip: not modelled */
+};
+
+enum kvmstats_mig_zero {
+	KVMSTATS_MIG_ZERO_LEGACY,	/* migration thread (QEMU < 9.0: always) */
+	KVMSTATS_MIG_ZERO_MULTIFD,	/* the multifd channels (9.0+ default) */
+	KVMSTATS_MIG_ZERO_NONE,		/* zero pages sent as normal pages */
+};
+
+enum kvmstats_mig_key {
+	KVMSTATS_MIG_BANDWIDTH,		/* max-bandwidth */
+	KVMSTATS_MIG_SWITCHOVER_BW,	/* avail-switchover-bandwidth */
+	KVMSTATS_MIG_DOWNTIME,		/* downtime-limit */
+	KVMSTATS_MIG_MULTIFD,		/* capability multifd */
+	KVMSTATS_MIG_CHANNELS,		/* multifd-channels */
+	KVMSTATS_MIG_COMPRESSION,	/* multifd-compression */
+	KVMSTATS_MIG_LEVEL,		/* multifd-zlib-level / -zstd-level */
+	KVMSTATS_MIG_ZERO_DETECT,	/* zero-page-detection */
+	KVMSTATS_MIG_AUTO_CONVERGE,	/* capability auto-converge */
+	KVMSTATS_MIG_THROTTLE_INITIAL,	/* cpu-throttle-initial */
+	KVMSTATS_MIG_THROTTLE_INCREMENT,	/* cpu-throttle-increment */
+	KVMSTATS_MIG_XBZRLE,		/* capability xbzrle */
+	KVMSTATS_MIG_POSTCOPY,		/* capability postcopy-ram */
+	KVMSTATS_MIG_NKEYS,
+};
+
+struct kvmstats_migrate_settings {
+	unsigned int qemu_major, qemu_minor;	/* 0.0: unknown (7.2 assumed) */
+	double bandwidth;		/* bytes/s */
+	double switchover_bw;		/* bytes/s; 0: not set */
+	double downtime_s;
+	bool multifd;
+	unsigned int channels;
+	enum kvmstats_mig_compress compress;
+	int level;
+	enum kvmstats_mig_zero zero_detect;
+	bool auto_converge;
+	unsigned int throttle_initial, throttle_increment;	/* percent */
+	bool xbzrle;
+	bool postcopy;
+	enum kvmstats_mig_src src[KVMSTATS_MIG_NKEYS];
+};
+
+/* What the caller says the migration will be run with (0 / -1: not
+ * said, keep QEMU's). */
+struct kvmstats_migrate_overrides {
+	size_t sz;
+	double bandwidth;		/* bytes/s; 0: not said */
+	double downtime_ms;		/* 0: not said */
+	unsigned int parallel;		/* multifd with N channels; 0: not said */
+	int compress;			/* enum kvmstats_mig_compress; -1: not said */
+	int auto_converge;		/* 0/1; -1: not said */
+	int postcopy;			/* 0/1; -1: not said */
+};
+
+/* "max-bandwidth", "multifd-channels", ... (QEMU's names). */
+KVMSTATS_API const char *kvmstats_mig_key_str(enum kvmstats_mig_key k);
+/* "default", "qmp", "option". */
+KVMSTATS_API const char *kvmstats_mig_src_str(enum kvmstats_mig_src s);
+/* "none", "zlib", "zstd", "other"; and back (-EINVAL). */
+KVMSTATS_API const char *kvmstats_mig_compress_str(enum kvmstats_mig_compress c);
+KVMSTATS_API int kvmstats_mig_compress_parse(const char *s);
+/* "legacy", "multifd", "none". */
+KVMSTATS_API const char *kvmstats_mig_zero_str(enum kvmstats_mig_zero z);
+/* A setting's value as text ("33554432", "true", "zstd"). */
+KVMSTATS_API int kvmstats_migrate_settings__value(const struct kvmstats_migrate_settings *s,
+						  enum kvmstats_mig_key k, char *buf,
+						  size_t len);
+
+/* The settings a plan used (QEMU's, the overrides, the defaults). */
+KVMSTATS_API const struct kvmstats_migrate_settings *
+kvmstats_plan__settings(const struct kvmstats_plan *p);
+/* Apply the caller's overrides (before kvmstats_plan__predict). */
+KVMSTATS_API int kvmstats_plan__set_overrides(struct kvmstats_plan *p,
+					      const struct kvmstats_migrate_overrides *o);
+
+/* What the pages compress to, from a sample compressed with the
+ * library and level QEMU's multifd would use. */
+struct kvmstats_compress_estimate {
+	bool valid;
+	enum kvmstats_mig_compress method;
+	int level;
+	uint64_t pages;			/* non-zero pages compressed */
+	uint64_t in_bytes, out_bytes;
+	double ratio;			/* out / in */
+	double elapsed_s;
+	char note[128];
+};
+
+/* How the model ran this migration: the mechanism and what it cost. */
+struct kvmstats_migrate_detail {
+	const char *mechanism;		/* "legacy", "multifd", "multifd+zstd" ... */
+	double effective_bw;		/* bytes/s the transfer ran at */
+	uint64_t packets;		/* multifd packets */
+	uint64_t wire_bytes;		/* what went over the wire (compressed) */
+	struct kvmstats_compress_estimate compress;
+	/* auto-converge: the highest CPU throttle the guest would suffer
+	 * (percent, 0: none) and for how long it is throttled at all. */
+	unsigned int max_throttle;
+	double throttled_s;
+	char not_modelled[160];		/* settings on that the model ignores */
+};
+
+KVMSTATS_API const struct kvmstats_migrate_detail *
+kvmstats_plan__detail(const struct kvmstats_plan *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,9 +9,10 @@
  * and the next ones are deltas against the previous entry: a bitmap of
  * the u64 words that changed, then those words (nothing at all when no
  * word changed). Between two samples most counters of most vCPUs do not
- * move, and a delta is a few dozen bytes. For a reader's target the
- * previous entry is the reader's previous sample, still in memory, so
- * that no second copy of every block is kept (and kept warm). A key entry
+ * move, and a delta is a few dozen bytes. Each target keeps a copy of
+ * the block it last wrote, in its own allocation, which the deltas of
+ * sweep_host() (log_sweep.c) compare with; add_vmm() compares a reader's
+ * two latest readings instead, when the older is the one last written. A key entry
  * is written again every keyframe_interval samples and after any sample
  * that could not be written, so that a damaged record costs at most that
  * many samples of one target and never a wrong value: a delta names the
@@ -34,6 +35,7 @@
 #include "kvmstats_log.h"
 #include "log_file.h"
 #include "log_format.h"
+#include "log_writer_int.h"
 
 struct wschema {
 	struct kvmstats_schema *s;
@@ -51,7 +53,7 @@ struct wtarget {
 	/* The data last written, for the next delta: our own copy (base,
 	 * when base_own), or a reader's sample still holding it (base_smp,
 	 * which must still carry the time it had then). */
-	uint64_t *base;
+	uint64_t *base;			/* in the same allocation */
 	bool base_own;
 	const struct kvmstats_sample *base_smp;
 	uint64_t base_time;
@@ -82,6 +84,8 @@ struct kvmstats_log_writer {
 	size_t nseen;			/* targets added to this sample */
 	bool dirty;			/* records to write before the sample */
 	uint32_t next_tid;
+
+	struct lw_sweep sweep;		/* sweep_host()'s (log_sweep.c) */
 
 	struct log_buf defs;		/* records the sample needs first */
 	struct log_buf smp;			/* the sample record */
@@ -177,7 +181,6 @@ static void target_free(struct wtarget *wt)
 	free((char *)wt->t.name);
 	free((char *)wt->t.id);
 	free((char *)wt->t.source);
-	free(wt->base);
 	free(wt);
 }
 
@@ -204,15 +207,32 @@ static char *dup_or_empty(const char *s)
 	return strdup(s ? s : "");
 }
 
+/* A target and, in the same allocation, its copy of the block last
+ * written: the delta of sweep_host() reads the struct and the copy one
+ * after the other, and each page is a TLB miss after a pread. */
+static struct wtarget *wtarget_alloc(size_t data_size)
+{
+	size_t head = (sizeof(struct wtarget) + 63) & ~(size_t)63;
+	size_t size = head + (data_size % 8 ? 0 : data_size);
+	struct wtarget *wt = aligned_alloc(64, (size + 63) & ~(size_t)63);
+
+	if (!wt)
+		return NULL;
+	memset(wt, 0, sizeof(*wt));
+	if (!(data_size % 8) && data_size)
+		wt->base = (uint64_t *)((char *)wt + head);
+	return wt;
+}
+
 static struct wtarget *target_new(struct kvmstats_log_writer *w,
 				  const struct kvmstats_log_target *t,
 				  struct kvmstats_schema *s)
 {
-	struct wtarget *wt = calloc(1, sizeof(*wt));
 	int si = schema_index(w, s);
+	struct wtarget *wt = si < 0 ? NULL : wtarget_alloc(s->data_size);
 	void *p;
 
-	if (!wt || si < 0)
+	if (!wt)
 		goto err;
 	wt->t = *t;
 	wt->t.tid = ++w->next_tid;
@@ -343,6 +363,8 @@ int kvmstats_log_writer__close(struct kvmstats_log_writer *w)
 	free(w->schemas);
 	free(w->targets);
 	free(w->hash);
+	free(w->sweep.items);
+	free(w->sweep.scratch);
 	free(w->defs.p);
 	free(w->smp.p);
 	free(w->path);
@@ -519,11 +541,6 @@ static int put_key(struct wtarget *wt, const void *data, unsigned char *p,
 	wt->since_key = 1;
 	if (cur || !wt->words)
 		return 0;
-	if (!wt->base) {
-		wt->base = malloc(pad8(wt->data_size));
-		if (!wt->base)
-			return -ENOMEM;
-	}
 	memcpy(wt->base, data, wt->data_size);
 	wt->base_own = true;
 	return 0;
@@ -896,6 +913,57 @@ int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
 		return err;
 	}
 	return err ? err : kvmstats_log_writer__commit(w);
+}
+
+/* ---- for log_sweep.c (log_writer_int.h) ---- */
+
+int lw_add(struct kvmstats_log_writer *w, const struct kvmstats_log_target *t,
+	   struct kvmstats_schema *schema, const void *data, int error)
+{
+	return add_one(w, t, schema, data, NULL, error, NULL, NULL);
+}
+
+int lw_add_reader(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
+		  struct kvmstats_reader *r)
+{
+	return add_reader(w, t, r);
+}
+
+/* The writer's target @ahead entries after the cursor (in steady state
+ * the one that many readers ahead finds): its struct, or its copy of
+ * the block last written. */
+void lw_prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
+			bool block)
+{
+	size_t at = w->cursor + ahead;
+	const struct wtarget *wt;
+
+	if (at >= w->ntargets)
+		return;
+	wt = w->targets[at];
+	if (!block) {
+		for (size_t i = 0; i < sizeof(*wt); i += 64)
+			__builtin_prefetch((const char *)wt + i, 1);
+		return;
+	}
+	if (wt->base_own)
+		for (size_t i = 0; i < wt->data_size; i += 64)
+			__builtin_prefetch((const char *)wt->base + i, 1);
+}
+
+struct lw_sweep *lw_sweep(struct kvmstats_log_writer *w)
+{
+	return &w->sweep;
+}
+
+struct kvmstats_ctx *lw_ctx(const struct kvmstats_log_writer *w)
+{
+	return w->ctx;
+}
+
+const char *lw_path(const struct kvmstats_log_writer *w)
+{
+	return w->path;
 }
 
 uint64_t kvmstats_log_writer__samples(const struct kvmstats_log_writer *w)

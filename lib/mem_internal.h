@@ -22,6 +22,8 @@ struct kvmstats_ram {
 	uint64_t bytes;
 	uint64_t max_bandwidth;
 	uint32_t downtime_ms;
+	bool mig_read;		/* mig holds what QEMU said over QMP */
+	struct kvmstats_migrate_settings mig;
 	char note[224];
 	char qmp_path[108];
 };
@@ -203,4 +205,29 @@ static inline bool ks_view_missing(const struct ks_view *v,
 	return !ptr && !v->blind[ref->region];
 }
 
+/* migrate_settings.c: QEMU's migration settings (over @q, in the RAM
+ * blocks' exchange), its defaults, and the caller's overrides. */
+struct ks_qmp;
+void ks_migrate_qmp(struct ks_qmp *q, uint64_t deadline,
+		    struct kvmstats_migrate_settings *s);
+void ks_migrate_defaults(struct kvmstats_migrate_settings *s);
+void ks_migrate_override(struct kvmstats_migrate_settings *s,
+			 const struct kvmstats_migrate_overrides *o);
+
+/* migrate_compress.c: compress a sample of @pg's non-zero pages as a
+ * multifd channel would (bounded: at most @max_pages pages, @max_s s). */
+int ks_compress_sample(const struct kvmstats_pages *pg, enum kvmstats_mig_compress m,
+		       int level, uint64_t seed, uint32_t max_pages, double max_s,
+		       struct kvmstats_compress_estimate *out);
+
+/* migrate_multifd.c: multifd's bytes and time. */
+struct ks_mig_pages {
+	double zero, normal;	/* pages of a pass */
+	double blocks;		/* RAM blocks touched */
+};
+void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
+		     const struct kvmstats_compress_estimate *c,
+		     const struct ks_mig_pages *pg, double *reported, double *wire);
+double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
+double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s);
 #endif

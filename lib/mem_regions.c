@@ -13,8 +13,9 @@
  *     2 MiB aligned, followed by a PROT_NONE guard page: that signature
  *     finds it in /proc/PID/maps, whether anonymous, a memfd, hugetlbfs or
  *     a file. Migration sends only the used part, so only that counts.
- *     The same exchange reads max-bandwidth and downtime-limit
- *     (query-migrate-parameters) for the cost model.
+ *     The same exchange reads QEMU's version and migration settings
+ *     (query-version, query-migrate-capabilities and -parameters:
+ *     migrate_settings.c) for the cost model.
  *     The socket is one QEMU's command line names, used only if QEMU
  *     could use it itself, and connected to through the file that was
  *     checked (lib/qmp_trust.c); the client is lib/qmp.c's, bounded in
@@ -446,23 +447,17 @@ static int ramblock_text(struct ks_qmp *q, uint64_t deadline,
 	return e;
 }
 
-/* Optional (the model has defaults): max-bandwidth, downtime-limit. */
+/* Optional (the model has defaults): every migration setting that
+ * changes its cost (migrate_settings.c). */
 static void migrate_params(struct kvmstats_ram *ram, struct ks_qmp *q,
 			   uint64_t deadline)
 {
-	struct json_object *o = NULL, *v;
-
-	if (ks_qmp_call(q, "query-migrate-parameters", NULL, deadline, &o,
-			NULL, 0))
-		return;
-	if (json_object_object_get_ex(o, "max-bandwidth", &v) &&
-	    json_object_is_type(v, json_type_int) && json_object_get_int64(v) > 0)
-		ram->max_bandwidth = (uint64_t)json_object_get_int64(v);
-	if (json_object_object_get_ex(o, "downtime-limit", &v) &&
-	    json_object_is_type(v, json_type_int) && json_object_get_int64(v) > 0 &&
-	    json_object_get_int64(v) <= UINT32_MAX)
-		ram->downtime_ms = (uint32_t)json_object_get_int64(v);
-	json_object_put(o);
+	ks_migrate_qmp(q, deadline, &ram->mig);
+	ram->mig_read = true;
+	if (ram->mig.src[KVMSTATS_MIG_BANDWIDTH] == KVMSTATS_MIG_SRC_QMP)
+		ram->max_bandwidth = (uint64_t)ram->mig.bandwidth;
+	if (ram->mig.src[KVMSTATS_MIG_DOWNTIME] == KVMSTATS_MIG_SRC_QMP)
+		ram->downtime_ms = (uint32_t)(ram->mig.downtime_s * 1e3 + 0.5);
 }
 
 /* The QMP exchange, through @pathfd (ks_qmp_sock_open()): the file that
@@ -781,7 +776,9 @@ struct kvmstats_ram *kvmstats_ram__open(pid_t pid,
 		goto err;
 	}
 	err = find_ram(ram, &o);
-	if (err == -ESRCH || (!err && !ks_pidfd_alive(ram->pidfd))) {
+	/* A VMM that exits while we ask it (its QMP socket closes under
+	 * us) failed because it exited: say that, not the socket's error. */
+	if (err == -ESRCH || !ks_pidfd_alive(ram->pidfd)) {
 		err = -ESRCH;
 		ks_err(o.errbuf, o.errbuf_sz, "pid %d exited", (int)pid);
 	}

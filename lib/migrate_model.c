@@ -42,6 +42,10 @@
 
 #include "mem_internal.h"
 
+/* Setup and switch-over of an idle guest, beyond its bytes at the
+ * bandwidth: measured 70-90 ms on QEMU 7.2 and 10.0 (256 MiB guests). */
+#define KS_MIG_SETUP_S 0.07
+
 /* ---- the model ---- */
 
 double kvmstats_dirty_curve_at(const struct kvmstats_dirty_point *c, uint32_t n,
@@ -90,11 +94,93 @@ static double pass_bytes(const struct kvmstats_migrate_input *in, double zero,
 	       KVMSTATS_QEMU_EOS_BYTES;
 }
 
-int kvmstats_migrate__predict(const struct kvmstats_migrate_input *input,
-			      struct kvmstats_migrate_prediction *out)
+/*
+ * Auto-converge, as QEMU's migration_trigger_throttle() and
+ * mig_throttle_guest_down() do it (7.2 to 10.0, read for facts only): at
+ * a dirty-bitmap sync at least a second after the previous period began,
+ * if the bytes dirtied in the period exceed throttle-trigger-threshold
+ * (50%) of the bytes sent in it for the second time, the throttle starts
+ * at cpu-throttle-initial or grows by cpu-throttle-increment, up to 99%.
+ * A throttled vCPU runs (100 - throttle)% of the time, so the guest's own
+ * time, on which its dirty curve is measured, advances that much slower.
+ */
+struct throttle {
+	bool on;
+	unsigned int pct, high;	/* current throttle, periods over threshold */
+	double period_t, period_sent, period_dirty;
+	double throttled_s;
+	unsigned int max;
+};
+
+static void throttle_sync(struct throttle *th, const struct kvmstats_migrate_settings *s,
+			  double now, double sent, double dirtied_pages)
+{
+	th->period_sent += sent;
+	th->period_dirty += dirtied_pages * KS_PAGE;
+	if (!th->on || now - th->period_t < 1.0)
+		return;
+	if (th->period_dirty > th->period_sent * 0.5 && ++th->high >= 2) {
+		th->high = 0;
+		th->pct = th->pct ? th->pct + s->throttle_increment : s->throttle_initial;
+		if (th->pct > 99)
+			th->pct = 99;
+		if (th->pct > th->max)
+			th->max = th->pct;
+	}
+	th->period_t = now;
+	th->period_sent = th->period_dirty = 0;
+}
+
+/* How one pass is sent, by the mechanism the settings pick. */
+struct mech {
+	const struct kvmstats_migrate_input *in;
+	const struct kvmstats_migrate_settings *s;	/* NULL: 7.2's legacy */
+	const struct kvmstats_compress_estimate *c;
+	double wire;		/* running total over the wire */
+};
+
+static double pass_cost(struct mech *m, double zero, double normal, double blocks)
+{
+	struct ks_mig_pages pg = { zero, normal, blocks };
+	double reported, wire;
+
+	if (!m->s || !m->s->multifd) {
+		reported = pass_bytes(m->in, zero, normal, blocks);
+		if (m->s && m->s->zero_detect == KVMSTATS_MIG_ZERO_NONE &&
+		    m->s->qemu_major >= 9)
+			reported = pass_bytes(m->in, 0, zero + normal, blocks);
+		m->wire += reported;
+		return reported;
+	}
+	ks_multifd_pass(m->s, m->c, &pg, &reported, &wire);
+	m->wire += wire;
+	return reported;
+}
+
+/* Seconds the channels need to compress @normal pages, at the speed our
+ * own sample ran (same library and level), on as many CPUs as channels. */
+static double compress_seconds(const struct mech *m, double normal)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	double par;
+
+	if (!m->s || !m->s->multifd || !m->c || !m->c->valid || !m->c->pages)
+		return 0;
+	par = m->s->channels < (unsigned long)(cpus > 0 ? cpus : 1) ?
+		      m->s->channels : (double)(cpus > 0 ? cpus : 1);
+	return m->c->elapsed_s / (double)m->c->pages * normal / par;
+}
+
+static int run_model(const struct kvmstats_migrate_input *input,
+		     const struct kvmstats_migrate_settings *s,
+		     const struct kvmstats_compress_estimate *c,
+		     struct kvmstats_migrate_prediction *out,
+		     struct kvmstats_migrate_detail *d)
 {
 	struct kvmstats_migrate_input in;
-	double bw, thr, cap, bytes, t, total_b, total_t, pending;
+	struct mech m = { &in, s, c, 0 };
+	struct throttle th = { .on = s && s->auto_converge };
+	double bw, thr, cap, bytes, t, total_b, total_t, pending, rate, lim;
 	uint32_t maxp;
 	int err = ks_opts_copy(&in, sizeof(in), input);
 
@@ -103,37 +189,51 @@ int kvmstats_migrate__predict(const struct kvmstats_migrate_input *input,
 	memset(out, 0, sizeof(*out));
 	bw = in.bandwidth > 0 ? in.bandwidth : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
 	thr = bw * (in.downtime_s > 0 ? in.downtime_s : KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
-	maxp = in.max_passes ? in.max_passes : 30;
+	/* The rate the transfer runs at: multifd's can exceed the limit. */
+	rate = s && s->multifd ? ks_multifd_bandwidth(s) * bw / s->bandwidth : bw;
+	maxp = in.max_passes ? in.max_passes : th.on ? 300 : 30;
 	cap = (double)(in.zero_pages + in.nonzero_pages + in.unknown_pages);
 	out->assumed_clean = !in.curve || !in.npoints;
 	if (!out->assumed_clean && in.curve[in.npoints - 1].t > 0)
 		out->dirty_pages_per_second = in.curve[in.npoints - 1].pages /
 					      in.curve[in.npoints - 1].t;
 
-	bytes = pass_bytes(&in, (double)in.zero_pages,
-			   (double)(in.nonzero_pages + in.unknown_pages), in.nblocks);
-	t = bytes / bw;
+	bytes = pass_cost(&m, (double)in.zero_pages,
+			  (double)(in.nonzero_pages + in.unknown_pages), in.nblocks);
+	t = bytes / rate;
+	lim = compress_seconds(&m, (double)(in.nonzero_pages + in.unknown_pages));
+	if (lim > t)
+		t = lim;
 	out->first_pass_bytes = (uint64_t)bytes;
-	total_b = bytes;
-	total_t = t;
+	total_b = bytes + (s ? ks_migrate_fixed_bytes(s) : 0);
+	total_t = t + (s ? KS_MIG_SETUP_S : 0);
 	out->passes = 1;
 	for (;;) {
-		double next_b;
+		double next_b, next_t;
 
+		/* The guest's own time runs slower under the throttle. */
+		if (th.pct)
+			th.throttled_s += t;
 		pending = out->assumed_clean ? 0 : kvmstats_dirty_curve_at(
-					in.curve, in.npoints, t, cap);
-		next_b = pass_bytes(&in, 0, pending, pending > 0 ? in.nblocks : 0);
+					in.curve, in.npoints, t * (1 - th.pct / 100.0), cap);
+		throttle_sync(&th, s, total_t, bytes, pending);
+		next_b = pass_cost(&m, 0, pending, pending > 0 ? in.nblocks : 0);
+		next_t = next_b / rate;
+		if (compress_seconds(&m, pending) > next_t)
+			next_t = compress_seconds(&m, pending);
 		if (pending * KS_PAGE <= thr) {
 			/* Stop and copy: the rest, with the VM paused. */
 			out->final_bytes = (uint64_t)next_b;
-			out->downtime_s = next_b / bw;
+			out->downtime_s = next_t;
 			total_b += next_b;
-			total_t += next_b / bw;
+			total_t += next_t;
 			out->passes++;
 			out->converges = true;
 			break;
 		}
-		if (next_b >= bytes * 0.95 || out->passes >= maxp) {
+		/* While auto-converge can still throttle harder, go on. */
+		if ((next_b >= bytes * 0.95 && (!th.on || th.pct >= 99)) ||
+		    out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
 				 "pass %u would still send %.0f MiB (%.0f pages "
 				 "dirtied in %.2f s) > %.0f MiB allowed in the "
@@ -142,18 +242,30 @@ int kvmstats_migrate__predict(const struct kvmstats_migrate_input *input,
 			break;
 		}
 		total_b += next_b;
-		total_t += next_b / bw;
+		total_t += next_t;
 		bytes = next_b;
-		t = next_b / bw;
+		t = next_t;
 		out->passes++;
 	}
 	out->bytes = (uint64_t)total_b;
 	out->seconds = total_t;
+	if (d) {
+		d->max_throttle = th.max;
+		d->throttled_s = th.throttled_s;
+		d->effective_bw = rate;
+		d->wire_bytes = (uint64_t)(m.wire + (s ? ks_migrate_fixed_bytes(s) : 0));
+	}
 	if (out->converges)
 		snprintf(out->note, sizeof(out->note), "%u passes, %.0f ms downtime%s",
 			 out->passes, out->downtime_s * 1e3,
 			 out->assumed_clean ? "; assumed a clean guest (no dirty rate)" : "");
 	return 0;
+}
+
+int kvmstats_migrate__predict(const struct kvmstats_migrate_input *input,
+			      struct kvmstats_migrate_prediction *out)
+{
+	return run_model(input, NULL, NULL, out, NULL);
 }
 
 /* ---- estimator names ---- */
@@ -268,6 +380,9 @@ struct kvmstats_plan {
 	struct kvmstats_pages *pg;
 	struct kvmstats_dirty *dirty;
 	struct kvmstats_plan_vm res;
+	struct kvmstats_migrate_settings mig;
+	struct kvmstats_migrate_overrides ov;
+	struct kvmstats_migrate_detail detail;
 	uint64_t t0;
 };
 
@@ -287,26 +402,72 @@ static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
 	return err;
 }
 
+/* The settings: QEMU's (over QMP), else its defaults; the options over
+ * both. */
 static void pick_link(struct kvmstats_plan *p)
 {
 	struct kvmstats_plan_vm *r = &p->res;
+	struct kvmstats_migrate_overrides ov = p->ov;
 
-	if (p->o.bandwidth > 0) {
-		r->bandwidth = p->o.bandwidth;
-		r->bandwidth_source = "option";
-	} else if (kvmstats_ram__max_bandwidth(p->ram)) {
-		r->bandwidth = (double)kvmstats_ram__max_bandwidth(p->ram);
-		r->bandwidth_source = "qmp";
+	if (kvmstats_ram__max_bandwidth(p->ram) || p->ram->mig_read) {
+		p->mig = p->ram->mig;
 	} else {
-		r->bandwidth = (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
-		r->bandwidth_source = "default";
+		memset(&p->mig, 0, sizeof(p->mig));
+		ks_migrate_defaults(&p->mig);
 	}
+	if (p->o.bandwidth > 0)
+		ov.bandwidth = p->o.bandwidth;
 	if (p->o.downtime_ms > 0)
-		r->downtime_s = p->o.downtime_ms / 1e3;
-	else if (kvmstats_ram__downtime_ms(p->ram))
-		r->downtime_s = kvmstats_ram__downtime_ms(p->ram) / 1e3;
-	else
-		r->downtime_s = KVMSTATS_QEMU_DOWNTIME_MS / 1e3;
+		ov.downtime_ms = p->o.downtime_ms;
+	ks_migrate_override(&p->mig, &ov);
+	r->bandwidth = p->mig.bandwidth;
+	r->bandwidth_source = kvmstats_mig_src_str(p->mig.src[KVMSTATS_MIG_BANDWIDTH]);
+	r->downtime_s = p->mig.downtime_s;
+}
+
+int kvmstats_plan__set_overrides(struct kvmstats_plan *p,
+				 const struct kvmstats_migrate_overrides *o)
+{
+	int err = ks_opts_copy(&p->ov, sizeof(p->ov), o);
+
+	if (err)
+		return err;
+	pick_link(p);
+	return 0;
+}
+
+const struct kvmstats_migrate_settings *kvmstats_plan__settings(const struct kvmstats_plan *p)
+{
+	return &p->mig;
+}
+
+const struct kvmstats_migrate_detail *kvmstats_plan__detail(const struct kvmstats_plan *p)
+{
+	return &p->detail;
+}
+
+/* Say plainly what is on but not modelled. */
+static void not_modelled(struct kvmstats_plan *p)
+{
+	const struct kvmstats_migrate_settings *s = &p->mig;
+	char *b = p->detail.not_modelled;
+	size_t len = sizeof(p->detail.not_modelled), k = 0;
+	const char *what[] = {
+		s->postcopy ? "postcopy-ram (the switch to post-copy)" : NULL,
+		s->xbzrle ? "xbzrle (its delta encoding)" : NULL,
+		s->multifd && s->compress == KVMSTATS_MIG_COMPRESS_OTHER ?
+			"this multifd-compression (taken as none)" : NULL,
+	};
+
+	b[0] = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(what); i++) {
+		int n;
+
+		if (!what[i] || k >= len)
+			continue;
+		n = snprintf(b + k, len - k, "%s%s", k ? "; " : "", what[i]);
+		k += n > 0 ? (size_t)n : 0;
+	}
 }
 
 struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_opts *opts,
@@ -347,6 +508,8 @@ struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_o
 	p->res.memory_bytes = kvmstats_ram__bytes(p->ram);
 	p->res.pages = p->res.memory_bytes / KS_PAGE;
 	p->res.method = KVMSTATS_METHOD_NR;
+	p->ov = (struct kvmstats_migrate_overrides){
+		.sz = sizeof(p->ov), .compress = -1, .auto_converge = -1, .postcopy = -1 };
 	pick_link(p);
 	return p;
 err:
@@ -505,6 +668,28 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 	return 0;
 }
 
+/* Which mechanism runs the migration; compress a sample when multifd
+ * compresses (bounded: 4096 pages, half a second). */
+static void mechanism(struct kvmstats_plan *p)
+{
+	struct kvmstats_migrate_detail *d = &p->detail;
+	const struct kvmstats_migrate_settings *s = &p->mig;
+	bool zc = s->multifd && (s->compress == KVMSTATS_MIG_COMPRESS_ZLIB ||
+				 s->compress == KVMSTATS_MIG_COMPRESS_ZSTD);
+
+	memset(&d->compress, 0, sizeof(d->compress));
+	d->mechanism = !s->multifd ? "legacy" : !zc ? "multifd" :
+		       s->compress == KVMSTATS_MIG_COMPRESS_ZLIB ? "multifd+zlib" :
+								   "multifd+zstd";
+	not_modelled(p);
+	if (!zc)
+		return;
+	if (classify(p) || ks_compress_sample(p->pg, s->compress, s->level, p->o.seed,
+					      4096, 0.5, &d->compress))
+		snprintf(d->compress.note, sizeof(d->compress.note),
+			 "no sample could be compressed: taken as incompressible");
+}
+
 /* The most precise valid estimate made. */
 static int best_method(const struct kvmstats_plan_vm *r)
 {
@@ -537,7 +722,8 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 	e = &r->est[m];
 	for (size_t i = 0; i < kvmstats_ram__count(p->ram); i++)
 		names += strlen(kvmstats_ram__region(p->ram, i)->name);
-	err = kvmstats_migrate__predict(&(struct kvmstats_migrate_input){
+	mechanism(p);
+	err = run_model(&(struct kvmstats_migrate_input){
 		.sz = sizeof(struct kvmstats_migrate_input),
 		.zero_pages = e->zero_pages, .nonzero_pages = e->nonzero_pages,
 		.unknown_pages = e->unknown_pages,
@@ -545,7 +731,8 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.block_name_bytes = names,
 		.curve = r->dirty_measured ? r->dirty.points : NULL,
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
-		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s }, &r->pred);
+		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s }, &p->mig,
+		&p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));
 	r->predicted = true;

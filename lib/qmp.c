@@ -44,6 +44,21 @@
  * is about 1.5 MiB). */
 #define QMP_MAX_MSG (64u << 20)
 #define QMP_CHUNK 65536u
+/* json-c builds about 50 bytes for each byte of "[[],[],...]", and a
+ * byte budget does not see it: what a message will cost json-c is
+ * estimated from its raw bytes before they are handed over, by element
+ * (measured with json-c 0.16 on x86-64: an empty object takes about
+ * 790 bytes, an array 150, a number 72), and a message past its budget
+ * is refused. No more than QMP_MAX_COST whatever the caller asks: a
+ * real query-stats of 1024 x86 vCPUs takes 55 MB. */
+#define QMP_COST_OBJECT 800u
+#define QMP_COST_ARRAY 160u
+#define QMP_COST_SCALAR 80u
+#define QMP_MAX_COST (64u << 20)
+#define QMP_DEFAULT_COST (8u << 20)
+/* QMP nests 6 deep (query-stats: return, results, result, stats, stat,
+ * histogram); json-c's default is 32. */
+#define QMP_MAX_DEPTH 16
 /* A free monitor greets within a millisecond or two; past this we look
  * why it does not. */
 #define QMP_QUICK_NS (20 * 1000000ull)
@@ -56,6 +71,12 @@
  * (a poll's answers take a few milliseconds). */
 #define QMP_DRAIN_NS (50 * 1000000ull)
 
+struct qmp_scan {
+	size_t cost;		/* of the message under way */
+	int depth;
+	bool in_str, esc, in_word;
+};
+
 struct ks_qmp {
 	int fd;
 	int cancel_fd;		/* readable: give up at once, or -1 */
@@ -67,6 +88,8 @@ struct ks_qmp {
 	bool caps_pending;	/* qmp_capabilities goes with the first batch */
 	char version[32];	/* from the greeting */
 	size_t max_msg;		/* bytes one message may take */
+	size_t max_cost;	/* what json-c may build for one, estimated */
+	struct qmp_scan scan;	/* of the bytes the tokener is yet to see */
 };
 
 static uint64_t now_ns(void)
@@ -238,6 +261,59 @@ static int parse_buffered(struct ks_qmp *q, struct json_object **out)
 	return q->msg_bytes > q->max_msg ? -EMSGSIZE : 0;
 }
 
+static bool json_blank(char ch)
+{
+	return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t' ||
+	       ch == ',' || ch == ':';
+}
+
+/* Scan @n bytes before the tokener sees them: the message under way may
+ * cost json-c at most q->max_cost (estimated per element, strings by
+ * their length too) and nest QMP_MAX_DEPTH deep. Linear, no allocation:
+ * a hostile reply is refused before it is built. */
+static int prescan(struct ks_qmp *q, const char *s, size_t n)
+{
+	struct qmp_scan *c = &q->scan;
+
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+
+		if (c->in_str) {
+			c->cost++;
+			if (c->esc)
+				c->esc = false;
+			else if (ch == '\\')
+				c->esc = true;
+			else if (ch == '"')
+				c->in_str = false;
+			continue;
+		}
+		if (json_blank(ch)) {
+			c->in_word = false;
+			continue;
+		}
+		if (!c->depth && !c->in_word)
+			c->cost = 0;	/* a message begins: its own budget */
+		if (ch == '{' || ch == '[') {
+			c->cost += ch == '{' ? QMP_COST_OBJECT : QMP_COST_ARRAY;
+			if (++c->depth > QMP_MAX_DEPTH)
+				return -EMSGSIZE;
+		} else if (ch == '}' || ch == ']') {
+			c->depth -= c->depth > 0;
+		} else if (ch == '"') {
+			c->in_str = true;
+			c->cost += QMP_COST_SCALAR;
+		} else if (!c->in_word) {
+			c->cost += QMP_COST_SCALAR;	/* a number, true, null */
+		}
+		c->in_word = !c->in_str && ch != '{' && ch != '[' && ch != '}' &&
+			     ch != ']';
+		if (c->cost > q->max_cost)
+			return -EMSGSIZE;
+	}
+	return 0;
+}
+
 /* The next JSON object of the stream. */
 static int read_msg(struct ks_qmp *q, uint64_t deadline,
 		    struct json_object **out)
@@ -251,6 +327,9 @@ static int read_msg(struct ks_qmp *q, uint64_t deadline,
 		n = recv(q->fd, q->buf, QMP_CHUNK, MSG_DONTWAIT);
 		if (n > 0) {
 			q->len = (size_t)n;
+			err = prescan(q, q->buf, q->len);
+			if (err)
+				return err;
 			continue;
 		}
 		if (!n)
@@ -432,9 +511,22 @@ const char *ks_qmp_version(const struct ks_qmp *q)
 	return q->version;
 }
 
+static size_t min_size(size_t a, size_t b)
+{
+	return a < b ? a : b;
+}
+
 void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes)
 {
-	q->max_msg = bytes < QMP_MAX_MSG ? bytes : QMP_MAX_MSG;
+	q->max_msg = min_size(bytes, QMP_MAX_MSG);
+	/* Sixteen times the bytes: what a reply of strings and numbers
+	 * takes, not one of empty arrays. */
+	q->max_cost = min_size(q->max_msg * 16, QMP_MAX_COST);
+}
+
+void ks_qmp_set_max_cost(struct ks_qmp *q, size_t bytes)
+{
+	q->max_cost = min_size(bytes, QMP_MAX_COST);
 }
 
 /* The greeting. An answer or event before it is skipped: QEMU sends the
@@ -469,7 +561,10 @@ static struct ks_qmp *qmp_new(void)
 		return NULL;
 	q->fd = -1;
 	q->cancel_fd = -1;
-	q->max_msg = QMP_MAX_MSG;
+	ks_qmp_set_max_msg(q, QMP_MAX_MSG);
+	/* The greeting and qmp_capabilities are small; callers set what
+	 * their commands' answers may take. */
+	q->max_cost = QMP_DEFAULT_COST;
 	/* Ids nobody else uses: an answer meant for another client (one
 	 * that left while its command ran) is never taken for ours. */
 	if (getrandom(&q->next_id, sizeof(q->next_id), GRND_NONBLOCK) !=
@@ -478,7 +573,7 @@ static struct ks_qmp *qmp_new(void)
 	/* Positive, with room to count up. */
 	q->next_id = (int64_t)((uint64_t)q->next_id >> 2);
 	q->buf = malloc(QMP_CHUNK);
-	q->tok = json_tokener_new();
+	q->tok = json_tokener_new_ex(QMP_MAX_DEPTH);
 	if (!q->buf || !q->tok) {
 		ks_qmp_close(q);
 		return NULL;

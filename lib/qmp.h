@@ -58,6 +58,11 @@ int ks_qmp_connect_fd(struct ks_qmp **out, int pathfd, const struct stat *st,
 /* Refuse (-EMSGSIZE) messages bigger than @bytes (at most 64 MiB, the
  * default): what an answer may take is the caller's to know. */
 void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes);
+/* Refuse (-EMSGSIZE) a message that would cost json-c more than @bytes
+ * of memory, estimated from its elements before it is parsed: at most
+ * 64 MiB; 8 MiB until set, and ks_qmp_set_max_msg() sets sixteen times
+ * its bytes. A message nesting deeper than 16 is refused too. */
+void ks_qmp_set_max_cost(struct ks_qmp *q, size_t bytes);
 /* QEMU's version from the greeting ("10.0.2"); "" when it gave none. */
 const char *ks_qmp_version(const struct ks_qmp *q);
 

@@ -15,55 +15,82 @@
 
 #include "source_qmp.h"
 
-/* Value of @key in a QemuOpts string "a,key=value,b" (",," is a comma);
- * key "" asks for the first element when it has no "=". A bare "key"
- * reads as "on". */
-static bool opt_get(const char *s, const char *key, char *out, size_t len)
+/* One key to look for in a QemuOpts string: gets the raw value of its
+ * first item. */
+struct opt {
+	const char *key;	/* "": the first item, when it has no "=" */
+	const char *v;		/* raw: ",," still doubled; NULL when absent */
+	size_t len;
+};
+
+/* One pass over a QemuOpts string "a,key=value,b" (",," is a comma),
+ * filling every @o[] asked for; a bare "key" reads as "on". Nothing is
+ * copied: a command line of a million bytes is read once, whatever it
+ * holds. */
+static void opt_scan(const char *s, struct opt *o, size_t n)
 {
-	bool first = true;
+	size_t klen_of[8];
 
-	while (*s) {
-		char item[PATH_MAX];
-		size_t n = 0;
-		const char *eq;
+	for (size_t i = 0; i < n && i < ARRAY_SIZE(klen_of); i++)
+		klen_of[i] = strlen(o[i].key);
+	n = n < ARRAY_SIZE(klen_of) ? n : ARRAY_SIZE(klen_of);
+	for (bool first = true; *s; first = false) {
+		const char *start = s, *eq = NULL;
+		size_t klen;
 
-		for (; *s && n + 1 < sizeof(item); s++) {
-			if (*s == ',' && s[1] != ',')
-				break;
+		for (; *s && !(*s == ',' && s[1] != ','); s++) {
 			if (*s == ',')
 				s++;	/* ",," */
-			item[n++] = *s;
+			else if (*s == '=' && !eq)
+				eq = s;
 		}
-		item[n] = 0;
-		if (*s == ',')
+		klen = (size_t)((eq ? eq : s) - start);
+		for (size_t i = 0; i < n; i++) {
+			if (o[i].v)
+				continue;
+			if (!*o[i].key && first && !eq) {
+				o[i].v = start;
+				o[i].len = (size_t)(s - start);
+			} else if (klen_of[i] && klen_of[i] == klen &&
+				   !memcmp(start, o[i].key, klen)) {
+				o[i].v = eq ? eq + 1 : "on";
+				o[i].len = eq ? (size_t)(s - eq - 1) : 2;
+			}
+		}
+		if (*s)
 			s++;
-		eq = strchr(item, '=');
-		if (!*key && first && !eq) {
-			snprintf(out, len, "%s", item);
-			return true;
-		}
-		first = false;
-		if (!*key)
-			continue;
-		if (!eq && !strcmp(item, key)) {
-			snprintf(out, len, "on");
-			return true;
-		}
-		if (eq && (size_t)(eq - item) == strlen(key) &&
-		    !strncmp(item, key, strlen(key))) {
-			snprintf(out, len, "%s", eq + 1);
-			return true;
-		}
 	}
-	return false;
 }
 
-static bool opt_on(const char *s, const char *key)
+/* @o's value, ",," read as ","; false when absent or longer than @len
+ * allows (never cut: a cut path would be another file). */
+static bool opt_copy(const struct opt *o, char *out, size_t len)
 {
-	char v[16];
+	size_t n = 0;
 
-	return opt_get(s, key, v, sizeof(v)) &&
-	       (!strcmp(v, "on") || !strcmp(v, "yes") || !strcmp(v, "true"));
+	if (!o->v)
+		return false;
+	for (size_t i = 0; i < o->len; i++) {
+		if (n + 1 >= len)
+			return false;
+		out[n++] = o->v[i];
+		if (o->v[i] == ',' && i + 1 < o->len && o->v[i + 1] == ',')
+			i++;
+	}
+	out[n] = 0;
+	return true;
+}
+
+static bool opt_is(const struct opt *o, const char *word)
+{
+	char v[32];
+
+	return opt_copy(o, v, sizeof(v)) && !strcmp(v, word);
+}
+
+static bool opt_on(const struct opt *o)
+{
+	return opt_is(o, "on") || opt_is(o, "yes") || opt_is(o, "true");
 }
 
 /* "-opt" or "--opt". */
@@ -133,12 +160,15 @@ static bool looks_like_qemu(const struct cmdline *c, pid_t pid)
 /* "unix:PATH[,server=on,wait=off]" of -qmp: a socket QEMU listens on. */
 static bool legacy_unix(const char *val, char *path, size_t len)
 {
+	struct opt o[] = { { "" }, { "server" } };
+
 	if (strncmp(val, "unix:", 5))
 		return false;	/* tcp:... and others are not supported */
-	if (!opt_get(val + 5, "", path, len) || !*path)
+	opt_scan(val + 5, o, ARRAY_SIZE(o));
+	if (!opt_copy(&o[0], path, len) || !*path)
 		return false;
 	/* Without server=on QEMU is the one that connects. */
-	return opt_on(val + 5, "server");
+	return opt_on(&o[1]);
 }
 
 /* The file the unix socket behind @pid's fd @fd is bound to, from
@@ -178,39 +208,86 @@ static bool fd_socket_path(pid_t pid, const char *fd, char *out, size_t len)
 	return found;
 }
 
-/* The path of the listening socket chardev @id, if any. */
-static bool chardev_path(const struct cmdline *c, pid_t pid, unsigned int flags,
-			 const char *id, char *path, size_t len)
-{
-	char v[256];
+/* A -chardev socket, read once: every -mon naming it looks it up by id
+ * (log n), never by reading the command line again. */
+struct chardev {
+	char id[256];
+	int order;		/* on the command line: the first of an id wins */
+	struct opt o[3];	/* server, path, fd */
+};
 
-	for (int i = 0; i + 1 < c->argc; i++) {
-		const char *val = c->argv[i + 1];
+static int cmp_chardev(const void *a, const void *b)
+{
+	const struct chardev *x = a, *y = b;
+	int c = strcmp(x->id, y->id);
+
+	return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+/* The socket chardevs of @c, sorted by id; NULL on -ENOMEM. */
+static struct chardev *index_chardevs(const struct cmdline *c, size_t *n)
+{
+	struct chardev *v = calloc((size_t)c->argc / 2 + 1, sizeof(*v));
+
+	*n = 0;
+	for (int i = 0; v && i + 1 < c->argc; i++) {
+		struct opt o[] = { { "" }, { "id" }, { "server" }, { "path" },
+				   { "fd" } };
+		struct chardev *d = &v[*n];
 
 		if (!is_opt(c->argv[i], "chardev"))
 			continue;
-		if (!opt_get(val, "", v, sizeof(v)) || strcmp(v, "socket"))
+		opt_scan(c->argv[i + 1], o, ARRAY_SIZE(o));
+		if (!opt_is(&o[0], "socket") || !opt_copy(&o[1], d->id, sizeof(d->id)))
 			continue;
-		if (!opt_get(val, "id", v, sizeof(v)) || strcmp(v, id))
-			continue;
-		if (!opt_on(val, "server"))
-			return false;
-		if (opt_get(val, "path", path, len) && *path)
-			return true;
-		/* A socket passed by whoever started QEMU (libvirt). */
-		return (flags & KS_QMP_FIND_FD) && opt_get(val, "fd", v, sizeof(v)) &&
-		       fd_socket_path(pid, v, path, len);
+		d->order = i;
+		memcpy(d->o, &o[2], sizeof(d->o));
+		(*n)++;
 	}
-	return false;
+	if (v)
+		qsort(v, *n, sizeof(*v), cmp_chardev);
+	return v;
+}
+
+/* The path of the listening socket chardev @id, if any. */
+static bool chardev_path(const struct chardev *v, size_t nv, pid_t pid,
+			 unsigned int flags, const char *id, char *path,
+			 size_t len)
+{
+	size_t lo = 0, hi = nv;
+	const struct chardev *d;
+	char fd[16];
+
+	while (lo < hi) {	/* the first of @id */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(v[mid].id, id) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == nv || strcmp(v[lo].id, id))
+		return false;
+	d = &v[lo];
+	if (!opt_on(&d->o[0]))
+		return false;
+	if (opt_copy(&d->o[1], path, len) && *path)
+		return true;
+	/* A socket passed by whoever started QEMU (libvirt). */
+	return (flags & KS_QMP_FIND_FD) && opt_copy(&d->o[2], fd, sizeof(fd)) &&
+	       fd_socket_path(pid, fd, path, len);
 }
 
 /* The QMP sockets on QEMU's command line, in order: -qmp/-qmp-pretty
  * unix:PATH,server=on, then -chardev socket,id=X,path=PATH,server=on
- * used by -mon chardev=X,mode=control. */
+ * used by -mon chardev=X,mode=control. Each argument is read once: the
+ * work is linear in the command line (a VMM may write a megabyte of
+ * -mon and -chardev). */
 static int find_sockets(const struct cmdline *c, pid_t pid, unsigned int flags,
 			char (*out)[PATH_MAX], int max)
 {
-	char id[256], mode[32];
+	struct chardev *devs = NULL;
+	size_t ndevs = 0;
 	int n = 0;
 
 	for (int i = 0; i + 1 < c->argc && n < max; i++) {
@@ -221,19 +298,27 @@ static int find_sockets(const struct cmdline *c, pid_t pid, unsigned int flags,
 			n++;
 	}
 	for (int i = 0; i + 1 < c->argc && n < max; i++) {
-		const char *val = c->argv[i + 1];
+		struct opt o[] = { { "mode" }, { "chardev" }, { "" } };
+		char id[256];
 
 		if (!is_opt(c->argv[i], "mon"))
 			continue;
-		if (!opt_get(val, "mode", mode, sizeof(mode)) ||
-		    strcmp(mode, "control"))
+		opt_scan(c->argv[i + 1], o, ARRAY_SIZE(o));
+		if (!opt_is(&o[0], "control"))
 			continue;
-		if (!opt_get(val, "chardev", id, sizeof(id)) &&
-		    !opt_get(val, "", id, sizeof(id)))
+		if (!opt_copy(&o[1], id, sizeof(id)) &&
+		    !opt_copy(&o[2], id, sizeof(id)))
 			continue;
-		if (chardev_path(c, pid, flags, id, out[n], sizeof(out[n])))
+		if (!devs) {
+			devs = index_chardevs(c, &ndevs);
+			if (!devs)
+				return -ENOMEM;
+		}
+		if (chardev_path(devs, ndevs, pid, flags, id, out[n],
+				 sizeof(out[n])))
 			n++;
 	}
+	free(devs);
 	return n;
 }
 

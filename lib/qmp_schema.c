@@ -12,6 +12,7 @@
  * has, are left out.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,38 +108,166 @@ static bool stat_name(const char *s)
 			 "0123456789_") == n;
 }
 
-/* One QMP schema entry as a descriptor; false to leave it out. */
-static bool to_desc(struct json_object *e, struct json_object *values,
-		    struct kvmstats_encode_desc *d)
+/* What a descriptor of a monitor's may be, held to what kernels define
+ * with headroom (a schema is kept in memory once per vCPU, for as long
+ * as the VMM is watched): the kernel's histograms have 32 buckets
+ * (HALT_POLL_HIST_COUNT, LOGHIST_BUCKET_COUNT_LARGE; 64 is the most ever
+ * proposed, LOGHIST_BUCKET_COUNT_XLARGE), and an x86 vCPU's data block
+ * is about 1.1 KiB. */
+#define QMP_MAX_BUCKETS 256
+#define QMP_MAX_DATA (16u << 10)
+
+/* Why stats of a schema were left out: how many, and the first reason. */
+struct dropped {
+	size_t n;
+	char first[160];
+};
+
+static bool drop(struct dropped *dr, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static bool drop(struct dropped *dr, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+	int len;
+
+	if (dr->n++)
+		return false;
+	/* The name is the monitor's: only a checked one is shown. */
+	len = snprintf(dr->first, sizeof(dr->first), "%s: ",
+		       stat_name(name) ? name : "(a stat without a valid name)");
+	if (len < 0 || (size_t)len >= sizeof(dr->first))
+		return false;
+	va_start(ap, fmt);
+	vsnprintf(dr->first + len, sizeof(dr->first) - (size_t)len, fmt, ap);
+	va_end(ap);
+	return false;
+}
+
+/* The exponent a unit allows (the interface's rule, as validate.c). */
+static bool exponent_ok(int unit, long long exp)
+{
+	switch (unit) {
+	case KVMSTATS_UNIT_SECONDS:
+		return exp <= 0 && exp >= INT16_MIN;
+	case KVMSTATS_UNIT_BOOLEAN:
+		return exp == 0;
+	default:
+		return exp >= 0 && exp <= INT16_MAX;
+	}
+}
+
+/* Type, unit, base and exponent of entry @e into @d; false (and why)
+ * when the interface has no such stat. */
+static bool to_flags(struct json_object *e, struct kvmstats_encode_desc *d,
+		     int *type, struct dropped *dr)
 {
 	struct json_object *v;
-	int type = word(ks_json_str(e, "type"), qmp_types, ARRAY_SIZE(qmp_types));
 	const char *unit_s = ks_json_str(e, "unit");
 	int unit = unit_s ? word(unit_s, qmp_units, ARRAY_SIZE(qmp_units)) : 0;
 	int base = KVMSTATS_BASE_POW10;
-	size_t size;
+	long long exp = 0;
 
-	d->name = ks_json_str(e, "name");
-	if (!stat_name(d->name) || type < 0 || unit < 0)
-		return false;	/* a kind this library cannot express */
+	*type = word(ks_json_str(e, "type"), qmp_types, ARRAY_SIZE(qmp_types));
+	if (*type < 0 || unit < 0)
+		return drop(dr, d->name, "a type or unit this library cannot express");
 	if (json_object_object_get_ex(e, "base", &v) &&
 	    json_object_get_int(v) == 2)
 		base = KVMSTATS_BASE_POW2;
-	d->exponent = json_object_object_get_ex(e, "exponent", &v) ?
-			      (int16_t)json_object_get_int(v) : 0;
-	d->bucket_size = json_object_object_get_ex(e, "bucket-size", &v) ?
-				 (uint32_t)json_object_get_int64(v) : 0;
-	d->flags = KVMSTATS_FLAGS(type, unit, base);
-	size = value_size(values, d->name);
-	if (type == KVMSTATS_TYPE_LINEAR_HIST || type == KVMSTATS_TYPE_LOG_HIST) {
-		/* Histogram sizes come only with values. */
-		if (!size || size > UINT16_MAX)
-			return false;
-		d->size = (uint16_t)size;
-	} else {
-		d->size = 1;
-	}
+	if (json_object_object_get_ex(e, "exponent", &v))
+		exp = json_object_get_int64(v);
+	if (!exponent_ok(unit, exp))
+		return drop(dr, d->name, "exponent %lld out of range for unit %s",
+			    exp, qmp_units[unit]);
+	if (unit == KVMSTATS_UNIT_BOOLEAN && *type != KVMSTATS_TYPE_INSTANT &&
+	    *type != KVMSTATS_TYPE_PEAK)
+		return drop(dr, d->name, "a boolean %s", qmp_types[*type]);
+	d->exponent = (int16_t)exp;
+	d->flags = KVMSTATS_FLAGS(*type, unit, base);
 	return true;
+}
+
+/* One QMP schema entry as a descriptor; false (and why, in @dr) to
+ * leave it out: one bad stat costs that stat, not the schema. */
+static bool to_desc(struct json_object *e, struct json_object *values,
+		    struct kvmstats_encode_desc *d, struct dropped *dr)
+{
+	struct json_object *v;
+	long long bsz = 0;
+	size_t size;
+	int type = 0;
+
+	d->name = ks_json_str(e, "name");
+	if (!stat_name(d->name))
+		return drop(dr, NULL, "not a stat name");
+	if (!to_flags(e, d, &type, dr))
+		return false;
+	if (json_object_object_get_ex(e, "bucket-size", &v))
+		bsz = json_object_get_int64(v);
+	if (type == KVMSTATS_TYPE_LINEAR_HIST && (bsz <= 0 || bsz > UINT32_MAX))
+		return drop(dr, d->name, "a linear histogram needs a bucket-size "
+			    "in 1..%u (%lld)", UINT32_MAX, bsz);
+	if (type != KVMSTATS_TYPE_LINEAR_HIST && bsz)
+		return drop(dr, d->name, "bucket-size %lld on a %s", bsz,
+			    qmp_types[type]);
+	d->bucket_size = (uint32_t)bsz;
+	d->size = 1;
+	if (type != KVMSTATS_TYPE_LINEAR_HIST && type != KVMSTATS_TYPE_LOG_HIST)
+		return true;
+	/* Histogram sizes come only with values. */
+	size = value_size(values, d->name);
+	if (!size)
+		return drop(dr, d->name, "a histogram without values");
+	if (size > QMP_MAX_BUCKETS)
+		return drop(dr, d->name, "%zu buckets, more than %u", size,
+			    QMP_MAX_BUCKETS);
+	d->size = (uint16_t)size;
+	return true;
+}
+
+static int cmp_desc_name(const void *a, const void *b)
+{
+	const struct kvmstats_encode_desc *x = *(const struct kvmstats_encode_desc *const *)a;
+	const struct kvmstats_encode_desc *y = *(const struct kvmstats_encode_desc *const *)b;
+	int c = strcmp(x->name, y->name);
+
+	/* The first listed of a name sorts first, and is kept. */
+	return c ? c : (x > y) - (x < y);
+}
+
+/* Leave out a name listed again (its first is kept) and whatever would
+ * take the data block past QMP_MAX_DATA, keeping the order of @d.
+ * Returns how many are left. */
+static size_t drop_dups(struct kvmstats_encode_desc *d, size_t n,
+			struct dropped *dr)
+{
+	struct kvmstats_encode_desc **by = calloc(n ? n : 1, sizeof(*by));
+	size_t keep = 0, words = 0;
+
+	if (!by)
+		return n;	/* the schema's validation refuses a name twice */
+	for (size_t i = 0; i < n; i++)
+		by[i] = &d[i];
+	qsort(by, n, sizeof(*by), cmp_desc_name);
+	for (size_t i = 1; i < n; i++) {
+		if (strcmp(by[i]->name, by[i - 1]->name))
+			continue;
+		by[i]->flags = UINT32_MAX;	/* a mark: no stat has these flags */
+		drop(dr, by[i]->name, "listed twice");
+	}
+	free(by);
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].flags == UINT32_MAX)
+			continue;
+		if ((words + d[i].size) * 8 > QMP_MAX_DATA) {
+			drop(dr, d[i].name, "past %u bytes of data in one schema",
+			     QMP_MAX_DATA);
+			continue;
+		}
+		words += d[i].size;
+		d[keep++] = d[i];
+	}
+	return keep;
 }
 
 /* QEMU builds its lists by prepending, so its schemas come in reverse
@@ -156,8 +285,8 @@ static bool kernel_order(struct json_object *list)
 static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
 					    struct json_object *list,
 					    struct json_object *values,
-					    const char *id, char *err,
-					    size_t errsz)
+					    const char *id, struct dropped *dr,
+					    char *err, size_t errsz)
 {
 	size_t n = json_object_array_length(list), nd = 0, len;
 	struct kvmstats_encode_desc *d;
@@ -175,9 +304,10 @@ static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
 	for (size_t i = 0; i < n; i++) {
 		size_t j = keep ? i : n - 1 - i;
 
-		if (to_desc(json_object_array_get_idx(list, j), values, &d[nd]))
+		if (to_desc(json_object_array_get_idx(list, j), values, &d[nd], dr))
 			nd++;
 	}
+	nd = drop_dups(d, nd, dr);
 	img = kvmstats_image__encode(id, d, nd, NULL, &len, NULL);
 	if (!img)
 		ks_err(err, errsz, "encoding the schema: %s", strerror(errno));
@@ -226,6 +356,37 @@ static struct kvmstats_schema *prefer_kernel(struct kvmstats_ctx *ctx,
 	}
 	kvmstats_schema__put(built);
 	return ks;
+}
+
+/* ---- what a result costs ------------------------------------------------ */
+
+/* What json-c builds for one target's query-stats result (qmp.c's
+ * estimate, with room): its object, its list, provider and qom-path;
+ * then each stat's object and name, and each value. */
+#define COST_TARGET 4096u
+#define COST_STAT 1200u
+#define COST_VALUE 100u
+
+size_t ks_qmp_cost_of_list(struct json_object *list)
+{
+	size_t n = json_object_is_type(list, json_type_array) ?
+			   json_object_array_length(list) : 0, words = 0;
+
+	if (n > QMP_MAX_DESCS)
+		n = QMP_MAX_DESCS;
+	/* Histogram sizes come with the values: the most kept. */
+	for (size_t i = 0; i < n; i++) {
+		int type = word(ks_json_str(json_object_array_get_idx(list, i),
+					    "type"), qmp_types,
+				ARRAY_SIZE(qmp_types));
+
+		words += type == KVMSTATS_TYPE_LINEAR_HIST ||
+				 type == KVMSTATS_TYPE_LOG_HIST ?
+				 QMP_MAX_BUCKETS : 1;
+	}
+	if (words > QMP_MAX_DATA / 8)
+		words = QMP_MAX_DATA / 8;
+	return COST_TARGET + n * COST_STAT + words * COST_VALUE;
 }
 
 /* ---- snapshots ---------------------------------------------------------- */
@@ -315,7 +476,14 @@ struct kvmstats_schema *ks_qmp_schema(struct kvmstats_ctx *ctx,
 				      const char *id, bool vcpu, char *err,
 				      size_t errsz)
 {
-	struct kvmstats_schema *s = build_schema(ctx, list, values, id, err, errsz);
+	struct dropped dr = { 0 };
+	struct kvmstats_schema *s = build_schema(ctx, list, values, id, &dr,
+						 err, errsz);
 
+	/* Left out, and said why: the operator sees a stat missing. */
+	if (dr.n)
+		ks_log(ctx, KVMSTATS_LOG_WARN,
+		       "%s: QMP %s schema: %zu stat%s left out (first: %s)", id,
+		       vcpu ? "vCPU" : "VM", dr.n, dr.n == 1 ? "" : "s", dr.first);
 	return s ? prefer_kernel(ctx, s, vcpu) : NULL;
 }

@@ -10,8 +10,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -45,7 +47,56 @@ static int reader_alloc_sweep(struct kvmstats_reader *r)
 	return r->cur && r->prev ? 0 : -ENOMEM;
 }
 
-int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
+/* Double @buf, up to KS_MAX_IMAGE bytes. */
+static int grow_buf(unsigned char **buf, size_t *cap)
+{
+	void *p;
+
+	if (*cap >= KS_MAX_IMAGE)
+		return -EFBIG;
+	p = realloc(*buf, *cap * 2);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap *= 2;
+	return 0;
+}
+
+/* How long an image file that is a pipe, a FIFO, a socket or a terminal
+ * may go without giving a byte: a FIFO nobody opens for writing must not
+ * hang a command forever. */
+#define STREAM_IDLE_MS 5000
+
+/* The next bytes at @off. A file by pread (a stats fd's lseek does
+ * nothing: the position is ours). A stream by read(2), since a pipe has
+ * no offsets to pread at (ESPIPE): its fd is non-blocking, and each wait
+ * for more bytes is a poll of at most STREAM_IDLE_MS (-ETIMEDOUT). A FIFO
+ * that never had a writer polls as empty (Linux reports no hangup before
+ * a first writer), so it times out. Returns bytes, 0 at the end, -errno;
+ * -EAGAIN: interrupted, try again. */
+static ssize_t read_chunk(int fd, bool stream, unsigned char *p, size_t len, size_t off)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	ssize_t r;
+
+	if (!stream) {
+		r = pread(fd, p, len, (off_t)off);
+	} else {
+		r = poll(&pfd, 1, STREAM_IDLE_MS);
+		if (!r)
+			return -ETIMEDOUT;
+		if (r > 0)
+			r = read(fd, p, len);
+	}
+	if (r >= 0)
+		return r;
+	if (errno == EINTR || (stream && errno == EAGAIN))
+		return -EAGAIN;
+	return -errno;
+}
+
+/* Read @fd to its end, at most KS_MAX_IMAGE bytes. */
+static int read_all(int fd, bool stream, unsigned char **out, size_t *len)
 {
 	size_t cap = 16384, n = 0;
 	unsigned char *buf = malloc(cap);
@@ -56,27 +107,13 @@ int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
 	for (;;) {
 		ssize_t r;
 
-		if (n == cap) {
-			void *p;
-
-			if (cap >= KS_MAX_IMAGE) {
-				err = -EFBIG;
-				goto err;
-			}
-			cap *= 2;
-			p = realloc(buf, cap);
-			if (!p) {
-				err = -ENOMEM;
-				goto err;
-			}
-			buf = p;
-		}
-		/* pread: a stats fd's lseek does nothing, position is ours. */
-		r = pread(fd, buf + n, cap - n, (off_t)n);
-		if (r < 0 && errno == EINTR)
+		if (n == cap && (err = grow_buf(&buf, &cap)))
+			goto err;
+		r = read_chunk(fd, stream, buf + n, cap - n, n);
+		if (r == -EAGAIN)
 			continue;
 		if (r < 0) {
-			err = -errno;
+			err = (int)r;
 			goto err;
 		}
 		if (!r)
@@ -89,6 +126,43 @@ int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
 err:
 	free(buf);
 	return err;
+}
+
+int ks_read_all_fd(int fd, unsigned char **out, size_t *len)
+{
+	return read_all(fd, false, out, len);
+}
+
+/* An image file's bytes: a regular file (or a stats fd's /proc path) by
+ * pread; a pipe, FIFO, socket or terminal as a stream. */
+static int read_image_file(const char *path, unsigned char **img, size_t *len)
+{
+	struct stat st;
+	int fd, err;
+
+	/* O_NONBLOCK: opening a FIFO for reading waits for a writer. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		err = -errno;
+	else
+		err = read_all(fd, S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+				       S_ISCHR(st.st_mode), img, len);
+	close(fd);
+	return err;
+}
+
+static const char *image_strerror(int err)
+{
+	switch (err) {
+	case -EFBIG:
+		return "larger than any stats image";
+	case -ETIMEDOUT:
+		return "nothing to read for 5 s (a FIFO without a writer?)";
+	default:
+		return strerror(-err);
+	}
 }
 
 static int reader_opts(struct kvmstats_reader_opts *o,
@@ -202,24 +276,17 @@ struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
 {
 	struct kvmstats_reader_opts o;
 	struct kvmstats_reader *r;
-	unsigned char *img;
-	size_t len;
-	int fd, err;
+	unsigned char *img = NULL;
+	size_t len = 0;
+	int err;
 
 	if (reader_opts(&o, opts))
 		return NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		err = errno;
-		ks_err(o.errbuf, o.errbuf_sz, "%s", strerror(err));
-		errno = err;
-		return NULL;
-	}
-	err = ks_read_all_fd(fd, &img, &len);
-	close(fd);
+	err = read_image_file(path, &img, &len);
+	if (!err && !img)
+		err = -EIO;
 	if (err) {
-		ks_err(o.errbuf, o.errbuf_sz, "%s",
-		       err == -EFBIG ? "larger than any stats image" : strerror(-err));
+		ks_err(o.errbuf, o.errbuf_sz, "%s", image_strerror(err));
 		errno = -err;
 		return NULL;
 	}

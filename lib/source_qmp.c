@@ -58,6 +58,7 @@ struct qmp_vmm {
 	char version[32];
 	struct ks_hist_order order;
 	struct kvmstats_schema *vm_schema, *vcpu_schema;
+	size_t vm_cost, vcpu_cost;	/* what json-c may take per result */
 	int cancel_fd;		/* eventfd: cuts the poller's waits short */
 	pthread_t thread;
 	bool thread_started;
@@ -153,6 +154,27 @@ static struct json_object *stats_args(const char *target)
 	return a;
 }
 
+/* What one VMM's vCPUs may hold, four copies of a data block each (the
+ * poller's snapshot, a reader's current and previous samples, one
+ * more for the application): a schema of a monitor's may have 16 KiB
+ * of data (qmp_schema.c), so 512 vCPUs of those; an x86 vCPU's is
+ * 1.1 KiB, so more than any VM has. */
+#define QMP_MAX_VCPU_BYTES (32u << 20)
+#define QMP_COPIES 4u
+
+/* The vCPUs kept: no more than the VMM's vCPU fds (none has more
+ * vCPUs), and no more than QMP_MAX_VCPU_BYTES of their data. */
+static unsigned int vcpu_limit(const struct qmp_vmm *m)
+{
+	unsigned int n = ks_qmp_vcpu_fds(m->pid);
+	size_t per = m->vcpu_schema ?
+			     QMP_COPIES * (kvmstats_schema__data_size(m->vcpu_schema) + 64) : 0;
+
+	if (per && n > QMP_MAX_VCPU_BYTES / per)
+		n = (unsigned int)(QMP_MAX_VCPU_BYTES / per);
+	return n;
+}
+
 /* query-stats for the VM and the vCPUs, in one round trip (and
  * query-cpus-fast when @want_cpus or a vCPU is new: a hot-plugged one,
  * when the VMM's vCPU fds are counted again too). */
@@ -180,7 +202,7 @@ static int query(struct qmp_vmm *m, struct ks_qmp *q, uint64_t deadline,
 	pthread_mutex_unlock(&m->lock);
 	if (!want_cpus && !news)
 		return 0;
-	limit = ks_qmp_vcpu_fds(m->pid);
+	limit = vcpu_limit(m);
 	pthread_mutex_lock(&m->lock);
 	m->cpus.limit = limit;
 	pthread_mutex_unlock(&m->lock);
@@ -196,6 +218,21 @@ static int query(struct qmp_vmm *m, struct ks_qmp *q, uint64_t deadline,
 static size_t max_answer(unsigned int vcpus)
 {
 	return (1u << 20) + (size_t)vcpus * (16u << 10);
+}
+
+/* What json-c may build for one answer: the VM's result, or one result
+ * per vCPU the VMM can have, as their schemas say (query-cpus-fast's
+ * entry takes about 2.5 KiB), and 8 MiB for the rest (half a MiB of
+ * JSON, as the bytes' budget allows for the rest too). Bytes alone do
+ * not bound it: "[[],[],...]" takes 50 times its size. */
+static void set_limits(struct ks_qmp *q, const struct qmp_vmm *m,
+		       unsigned int vcpus)
+{
+	size_t per = m->vcpu_cost > 4096 ? m->vcpu_cost : 4096;
+	size_t all = per * vcpus;
+
+	ks_qmp_set_max_msg(q, max_answer(vcpus));
+	ks_qmp_set_max_cost(q, (8u << 20) + (all > m->vm_cost ? all : m->vm_cost));
 }
 
 /* Record a failed poll. Lock held. */
@@ -237,7 +274,7 @@ static void poll_once(struct qmp_vmm *m)
 	err = connect_pinned(m, &q, flags, deadline, NULL, 0);
 	if (!err) {
 		pthread_mutex_lock(&m->lock);
-		ks_qmp_set_max_msg(q, max_answer(m->cpus.limit));
+		set_limits(q, m, m->cpus.limit);
 		pthread_mutex_unlock(&m->lock);
 		err = query(m, q, deadline, &vm, &vcpu, &cpus, false, NULL, 0);
 	}
@@ -663,6 +700,19 @@ static void learn_order(struct qmp_vmm *m, struct ks_hist_check *chk,
 	ks_hist_order_of_version(m->version, &m->order);
 }
 
+/* Before the schemas are built: what QEMU's descriptors allow. */
+static void set_costs(struct qmp_vmm *m, struct json_object *schemas)
+{
+	size_t i = 0;
+
+	m->vm_cost = ks_qmp_cost_of_list(ks_qmp_provider_stats(schemas, "vm",
+							       &i, NULL));
+	i = 0;
+	m->vcpu_cost = ks_qmp_cost_of_list(ks_qmp_provider_stats(schemas,
+								 "vcpu", &i,
+								 NULL));
+}
+
 /* Everything but the connection: schemas, first snapshot, memory. */
 static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 		       struct ks_qmp *q, struct kvmstats_vmm *v,
@@ -676,8 +726,10 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	int err;
 
 	snprintf(m->version, sizeof(m->version), "%s", ks_qmp_version(q));
-	m->cpus.limit = ks_qmp_vcpu_fds(m->pid);
-	ks_qmp_set_max_msg(q, max_answer(m->cpus.limit));
+	m->cpus.limit = vcpu_limit(m);
+	/* Two lists of at most QMP_MAX_DESCS descriptors: a few MiB. */
+	ks_qmp_set_max_msg(q, max_answer(0));
+	ks_qmp_set_max_cost(q, 8u << 20);
 	json_object_object_add(args, "provider", json_object_new_string("kvm"));
 	err = ks_qmp_call(q, "query-stats-schemas", args, deadline, &schemas,
 			  why, sizeof(why));
@@ -686,9 +738,12 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	known = ks_hist_order_known(a->ctx, m->pid, &m->order);
 	if (!err && !known && !m->vm_only)
 		chk = ks_hist_check_start(a, m->pid);
-	if (!err)
+	if (!err) {
+		set_costs(m, schemas);
+		set_limits(q, m, m->cpus.limit);
 		err = query(m, q, deadline, &vm, &vcpu, &cpus, true, why,
 			    sizeof(why));
+	}
 	if (err) {
 		/* QEMU before 7.1 has no query-stats. */
 		ks_err(a->errbuf, a->errbuf_sz, "QMP %s: %s%s", m->path, why,
@@ -700,6 +755,9 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 	err = make_schemas(a, m, schemas, vm, vcpu);
 	if (err)
 		goto out;
+	/* The polls keep the costs the descriptors allow: a monitor that
+	 * sends values of stats left out is read on, within them. */
+	m->cpus.limit = vcpu_limit(m);
 	pthread_mutex_lock(&m->lock);
 	err = publish(m, vm, vcpu, cpus);
 	pthread_mutex_unlock(&m->lock);

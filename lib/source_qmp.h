@@ -52,6 +52,9 @@ struct kvmstats_schema *ks_qmp_schema(struct kvmstats_ctx *ctx,
 				      struct json_object *values,
 				      const char *id, bool vcpu, char *err,
 				      size_t errsz);
+/* What json-c may take for one target's query-stats result, as QEMU's
+ * descriptors @list allow (its histograms counted at the most kept). */
+size_t ks_qmp_cost_of_list(struct json_object *list);
 int ks_snap_alloc(struct snap *s, const struct kvmstats_schema *sc);
 void ks_snap_free(struct snap *s);
 /* A query-stats "stats" list into @s; multi-value stats are read last

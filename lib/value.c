@@ -140,25 +140,39 @@ int kvmstats_hist__bucket_bounds(const struct kvmstats_stat *st, uint32_t i,
 	}
 }
 
+/* Buckets are u64s the kernel (or an image, or a log) hands us: their sum
+ * can pass 2^64. A wrapped sum would be a small, wrong number; the count
+ * saturates at UINT64_MAX instead, which means "that many or more". */
 uint64_t kvmstats_hist__count(const struct kvmstats_stat *st,
 			      const uint64_t *buckets)
 {
 	uint64_t n = 0;
 
 	for (uint32_t i = 0; i < st->size; i++)
-		n += buckets[i];
+		if (__builtin_add_overflow(n, buckets[i], &n))
+			return UINT64_MAX;
 	return n;
+}
+
+/* The exact total, in 128 bits: 2^32 buckets of UINT64_MAX still fit. */
+static double hist_total(const struct kvmstats_stat *st, const uint64_t *buckets)
+{
+	unsigned __int128 n = 0;
+
+	for (uint32_t i = 0; i < st->size; i++)
+		n += buckets[i];
+	return (double)n;
 }
 
 double kvmstats_hist__quantile(const struct kvmstats_stat *st,
 			       const uint64_t *buckets, double q)
 {
-	uint64_t total = kvmstats_hist__count(st, buckets);
+	double total = hist_total(st, buckets);
 	double rank, seen = 0, lo, hi;
 
 	if (!total || q < 0 || q > 1 || isnan(q))
 		return NAN;
-	rank = q * (double)total;
+	rank = q * total;
 	for (uint32_t i = 0; i < st->size; i++) {
 		if (!buckets[i])
 			continue;

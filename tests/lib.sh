@@ -286,11 +286,11 @@ libvirt_domain() {
 	XML
 	LV_DOMS="${LV_DOMS:-} $name"
 	# shellcheck disable=SC2154 # d is the trap's own loop variable
-	trap 'for d in $LV_DOMS; do timeout 10 "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1; done; cleanup' EXIT
-	timeout 30 "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
+	trap 'for d in $LV_DOMS; do timeout "$(slow 10)" "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1; done; cleanup' EXIT
+	timeout "$(slow 30)" "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
 	DOM_PID=$("${LV_NS[@]}" cat "/run/libvirt/qemu/$name.pid")
 	track "$DOM_PID"
-	for _ in $(seq 300); do
+	for _ in $(seq "$(slow 300)"); do
 		grep -q READY "$LV/$name.serial" 2>/dev/null && return 0
 		sleep 0.1
 	done

@@ -168,7 +168,7 @@ rm -f "$TMP/serve.ready"
 "$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/serve.ready" --pid "$Q" --source qmp \
 	2>"$TMP/serve.err" &
 track $!
-if wait_file "$TMP/serve.ready" 20; then
+if wait_file "$TMP/serve.ready" "$(slow 20)"; then
 	# A scrape serves the last poll and asks for a new one: the second
 	# scrape serves a poll taken after the first kernel reading.
 	b=$(oracle "$Q" | norm)

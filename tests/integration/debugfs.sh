@@ -50,7 +50,7 @@ track "$B"
 
 # Wait (bounded) until the kernel says, through B's own stats fds, that
 # all of B's vCPUs block.
-for i in $(seq 100); do
+for i in $(seq "$(slow 100)"); do
 	n=$("$KVMSTATS" dump --pid "$B" --source fd --json 2>/dev/null |
 		jq '[.vms[].vcpus[].stats.blocking | select(. == true)] | length' 2>/dev/null)
 	[ "${n:-0}" = 6 ] && break
@@ -71,8 +71,11 @@ check "two VMs, both from debugfs" \
 check "the vCPU stats are one pseudo-vCPU: index -1, id kvm-PID/vcpu-sum" \
 	jq -e --arg id "kvm-$A/vcpu-sum" \
 	'[.vms[].vcpus] | all(length == 1 and .[0].index == -1 and .[0].id == $id)' "$TMP/a.json"
-check "the sum counts the blocking vCPUs (3 per VM), a count not a boolean" \
-	jq -e '[.vms[].vcpus[0].stats.blocking] == [3, 3]' "$TMP/a.json"
+# "blocking" is an instant stat: how many of the 3 vCPUs block at the
+# moment debugfs is read, which under emulation need not be all of them.
+check "the sum counts the blocking vCPUs (0 to 3 per VM), a count not a boolean" \
+	jq -e '[.vms[].vcpus[0].stats.blocking | type == "number" and . >= 0 and . <= 3 and
+	 floor == .] == [true, true]' "$TMP/a.json"
 
 # Is this kernel locked down? Then the files of cumulative, peak and
 # histogram stats refuse to be read (EPERM); instant ones (0444) read.
@@ -116,6 +119,10 @@ while read -r sect name val; do
 	[ "$val" = array ] && val=null
 	if [ "$lo" = null ]; then
 		[ "$val" = null ] || wrong="$wrong $name=$val(want null)"
+	elif [ "$name" = blocking ] || [ "$name" = guest_mode ]; then
+		# A vCPU state summed over the 3 vCPUs: it may go down and up
+		# again between the file's two readings; any count of them.
+		case $val in [0-3]) ;; *) wrong="$wrong $name=$val(want 0..3)" ;; esac
 	else
 		# (an instant stat may also go down: between the two, either way)
 		[ "$lo" -le "$hi" ] || { t=$lo; lo=$hi; hi=$t; }
@@ -156,7 +163,11 @@ jq -n --slurpfile d "$TMP/bd.json" --slurpfile f0 "$TMP/bf0.json" --slurpfile f 
 	  {name: .key, debugfs: .value, lo: sum($a; .key), hi: sum($b; .key)})]
 	' >"$TMP/cmp.json"
 n=$(jq length "$TMP/cmp.json")
-bad=$(jq -c '[.[] | select(.debugfs < ([.lo, .hi] | min) or .debugfs > ([.lo, .hi] | max))]' "$TMP/cmp.json")
+# (blocking and guest_mode, vCPU states summed, may go down and up again
+# between the fd readings: for them, any count of the 3 vCPUs)
+bad=$(jq -c '[.[] | select(if .name == "blocking" or .name == "guest_mode"
+	then .debugfs < 0 or .debugfs > 3
+	else .debugfs < ([.lo, .hi] | min) or .debugfs > ([.lo, .hi] | max) end)]' "$TMP/cmp.json")
 [ "$n" -ge 10 ] && [ "$bad" = "[]" ] &&
 	pass "debugfs values lie between two readings of the stats fds ($n values, VM stats and vCPU sums)" ||
 	fail "debugfs values lie between two readings of the stats fds" "$n compared, outside: $bad"
@@ -204,7 +215,7 @@ echo "$out" >"$TMP/fb.json"
 # (refused files are null; readable ones, numbers: the kernel decides)
 check "without /dev/kvm: the files, untyped, in the VM (no vCPU sum)" \
 	jq -e --argjson locked $locked '.vms | length == 2 and all(.vcpus == [] and
-		.stats.blocking == 3 and (.stats.pages_4k | type == "number") and
+		(.stats.blocking | type == "number" and . >= 0 and . <= 3) and (.stats.pages_4k | type == "number") and
 		(.stats | has("exits")) and
 		(if $locked == 1 then .stats.exits == null else (.stats.exits | type == "number") end))' "$TMP/fb.json"
 check "without /dev/kvm: no warning per file" test ! -s "$TMP/fb.err"

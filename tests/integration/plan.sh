@@ -94,7 +94,7 @@ guest_sha() {
 migrate() {
 	local r st
 	q "$1" '{"execute":"migrate","arguments":{"uri":"exec:cat > /dev/null"}}' >/dev/null
-	for _ in $(seq 120); do
+	for _ in $(seq "$(slow 120)"); do
 		r=$(q "$1" '{"execute":"query-migrate"}')
 		st=$(echo "$r" | jq -r '.return.status // empty' 2>/dev/null)
 		if [ "$st" = completed ]; then
@@ -239,10 +239,15 @@ start=$(date +%s)
 "$KVMSTATS" plan --pid "$PID_victim" --pid "$PID_anon" --method scan --interval 0 \
 	--rate 40 --json >"$TMP/exit.json" 2>"$TMP/exit.err" &
 plan_pid=$!
-sleep 1.5
+# Killed once the plan holds it (a pidfd of the victim among its fds),
+# not after a fixed time: on a loaded machine under emulation the plan
+# may still be starting after 1.5 s.
+holds_victim() { grep -qsx "Pid:[[:space:]]*$PID_victim" /proc/"$plan_pid"/fdinfo/*; }
+wait_until "$(slow 100)" holds_victim || echo "# the plan never held the victim's pidfd"
+sleep 0.5
 kill -TERM "$PID_victim"
 rc=124
-for _ in $(seq 300); do
+for _ in $(seq "$(slow 300)"); do
 	if ! kill -0 "$plan_pid" 2>/dev/null; then
 		wait "$plan_pid"
 		rc=$?
@@ -274,7 +279,7 @@ if ready dirty; then
 	mine=$("$KVMSTATS" plan --pid "$PID_dirty" --method sample --interval 1 --json |
 		jq '.vms[0].dirty_pages_per_second * 4096 / 1048576')
 	qemu_rate=""
-	for _ in $(seq 40); do
+	for _ in $(seq "$(slow 40)"); do
 		r=$(q dirty '{"execute":"query-dirty-rate"}')
 		if [ "$(echo "$r" | jq -r .return.status)" = measured ]; then
 			qemu_rate=$(echo "$r" | jq '.return["dirty-rate"]')

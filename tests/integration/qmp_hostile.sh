@@ -160,7 +160,10 @@ read -r samples maxv ids <<<"$(jq -s -r '[length, ([.[].vms[0].vcpus | length] |
 	([.[].vms[0].vcpus[].id] | unique | length)] | @tsv' "$TMP/h.json")"
 polls=$(jq -s '[.[].vms[0].stats.remote_tlb_flush | numbers] | max' "$TMP/h.json")
 echo "# record: rc $rc, $samples samples, $polls polls, vCPUs at most $maxv ($ids ids), RSS $max_rss kB, log $size bytes, stderr $errsz bytes"
-[ "$rc" = 0 ] && [ "${samples:-0}" -ge 50 ] && [ "${polls:-0}" -ge 2 ] &&
+# Each poll names 500 more vCPUs (6 MB for json-c at 1000): an answer
+# past what its 4 vCPU fds justify (qmp.c's budget: 8 MiB and what the
+# schema allows per vCPU) is refused, from the third poll on.
+[ "$rc" = 0 ] && [ "${samples:-0}" -ge 50 ] && [ "${polls:-0}" -ge 1 ] &&
 	pass "qmp_hostile: record ran its 10 s against the hostile monitor ($samples samples; polls answered until the monitor's answers outgrew what its vCPU fds justify: $polls)" ||
 	fail "qmp_hostile: record ran against the hostile monitor" "rc $rc, polls $polls: $(head -3 "$TMP/rec.err")"
 [ "${maxv:-99}" -le $NV ] && [ "${ids:-99}" -le $NV ] &&

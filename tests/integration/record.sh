@@ -41,8 +41,11 @@ if cmp -s "$TMP/halt.before" "$TMP/halt.after"; then
 else
 	fail "the halted VM stayed still" "dump changed between two readings"
 fi
-check "samples are 0.1 s apart, in order" jq -s -e \
-	'[.[].time] as $t | all(range(1; $t | length); ($t[.] - $t[. - 1]) > 0.05 and ($t[.] - $t[. - 1]) < 0.5)' \
+# In order, 0.1 s apart on average: one sample may come late on a loaded
+# machine and the next one early, back on the recorder's clock.
+check "samples are 0.1 s apart on average, in order" jq -s -e \
+	'[.[].time] as $t | (($t[-1] - $t[0]) / (($t | length) - 1)) as $m |
+	 $m > 0.09 and $m < 0.2 and all(range(1; $t | length); ($t[.] - $t[. - 1]) > 0 and ($t[.] - $t[. - 1]) < 1)' \
 	"$TMP/halt.json"
 check "time is wall clock (seconds since the epoch)" jq -s -e --argjson now "$(date +%s)" \
 	'all(.[]; (.time - $now | fabs) < 120)' "$TMP/halt.json"
@@ -77,8 +80,14 @@ check "the first dump's counters never exceed a sample's, the last dump's never 
 	'. as $s | all($s[0] | keys[] | select(test("exits$")); . as $n |
 	 $s[0][$n] <= $s[1][$n] and $s[50][$n] <= $s[51][$n])' "$TMP/run.flat"
 "$KVMSTATS" replay --json --rates "$TMP/run.log" >"$TMP/rates.json"
-check "replay --rates: exit rates of a running guest are positive" jq -s -e \
-	'.[1:] | all(.[]; .interval > 0.05 and .vms[0].vcpus[0].rates.exits > 0)' "$TMP/rates.json"
+# Each rate is its counter's change over the interval between the two
+# samples (not "positive": a guest under emulation on a loaded machine
+# need not run in every 0.1 s, and the test does not control that).
+check "replay --rates: each exit rate is the counter's change over its interval" jq -s -e \
+	'. as $s | all(range(1; $s | length); . as $i | $s[$i].interval > 0 and
+	 ($s[$i].vms[0].vcpus[0] | .rates.exits >= 0 and
+	  (.rates.exits * $s[$i].interval - (.stats.exits - $s[$i - 1].vms[0].vcpus[0].stats.exits) | fabs) < 0.01))' \
+	"$TMP/rates.json"
 "$KVMSTATS" replay "$TMP/run.log" >"$TMP/run.table"
 check "replay table: a header and 50 lines" test "$(grep -c '^[0-9]' "$TMP/run.table")" = 50
 "$KVMSTATS" replay --csv "$TMP/run.log" >"$TMP/run.csv"
@@ -214,13 +223,19 @@ check "the reopened file is whole by itself" jq -s -e \
 # whatever else runs on this host.
 uniq=kvst$$
 cp "$TINYVMM" "$TMP/$uniq"
-"$KVMSTATS" record --name "^$uniq\$" --refresh 0.2 --interval 0.05 --duration 4 \
+# The record runs until the VMM has come and gone (not for a fixed time:
+# on a loaded machine the VMM may start late).
+"$KVMSTATS" record --name "^$uniq\$" --refresh 0.2 --interval 0.05 \
 	--output "$TMP/come.log" 2>/dev/null &
 rec=$!
 track $rec
-sleep 0.7
+wait_samples "$TMP/come.log" 3
 TINYVMM=$TMP/$uniq start_vmm --vms 1 --vcpus 2 --hold-stats --workload demo --timeout 2 ||
 	fail "tinyvmm copy started"
+wait "$VMM_PID"
+last_empty() { "$KVMSTATS" replay --json "$1" 2>/dev/null | tail -1 | jq -e '.vms == []' >/dev/null; }
+wait_until "$(slow 50)" last_empty "$TMP/come.log"
+kill -TERM $rec
 wait $rec
 check "record of VMMs coming and going exits 0" test $? = 0
 "$KVMSTATS" replay --json "$TMP/come.log" >"$TMP/come.json"
@@ -235,8 +250,12 @@ check "record --log exits 0" test $? = 0
 check "45 lines of rates (the first reading has none)" test "$(grep -c '^[0-9]' "$TMP/text")" = 45
 check "the header repeats every 20 lines" test "$(grep -n '^time' "$TMP/text" | cut -d: -f1 | tr '\n' ' ')" = "1 22 43 "
 check "--fields chose the exit counters" test "$(head -1 "$TMP/text" | tr -s ' ' '\n' | grep -vc 'exits$\|^time$')" = 0
-check "exit rates are positive" awk 'NR == 2 { for (i = 1; i <= NF; i++) if (h[i] == "exits" && $i > 0) ok = 1 }
-	NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i } END { exit !ok }' "$TMP/text"
+# (a rate over 20 ms of a guest the test does not pace may be 0: the
+# rates are checked against the kernel's counters above, here their form)
+check "every exit rate is a number, never negative" awk '
+	NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i; next }
+	/^[0-9]/ { n++; for (i = 2; i <= NF; i++) if (h[i] ~ /exits$/ && $i !~ /^[0-9]+(\.[0-9]+)?[kMG]?$/) bad = 1 }
+	END { exit bad || n != 45 }' "$TMP/text"
 # --skip-zero keeps the stats counted so far and drops those still at 0
 # (which they are depends on the KVM: kvm_pvm never counts io_exits, a
 # stock KVM does): the kernel's fds, read before and after, say which.

@@ -72,8 +72,10 @@ check "record of the QEMU VM" test $? = 0
 "$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/serve.ready" --pid "$Q" \
 	2>"$TMP/serve.err" &
 track $!
-wait_file "$TMP/serve.ready" 20 || fail "serve started" "$(cat "$TMP/serve.err")"
-for _ in $(seq 100); do
+wait_file "$TMP/serve.ready" "$(slow 20)" || fail "serve started" "$(cat "$TMP/serve.err")"
+# (bounded, scaled: under emulation on a loaded machine serve took over
+# 20 s to have the VM's series)
+for _ in $(seq "$(slow 100)"); do
 	curl -sS --max-time 10 "http://$(cat "$TMP/serve.ready")/metrics" >"$TMP/m.txt" 2>/dev/null
 	grep -q "^kvm_vcpu_io_exits_total{pid=\"$Q\"" "$TMP/m.txt" && break
 	sleep 0.2

@@ -6,7 +6,8 @@
 # (exit 1) with the reason on stderr.
 #
 #   VERSION  7.2 (or "system"): the QEMU of this Debian 12 host, as it is;
-#            10.0: Debian 12's bookworm-backports build, fetched once.
+#            10.0: the host's own where it is 10.0 (Debian 13), else, on
+#            Debian 12, its bookworm-backports build, fetched once.
 #
 # The backports build is never installed: `apt-get download` fetches its
 # .debs through a private apt configuration (the mirror is the one the
@@ -53,7 +54,15 @@ case $VERSION in
 	echo "$q"
 	exit 0
 	;;
-10.0) ;;
+10.0)
+	# A host whose own QEMU is 10.0 (Debian 13) fetches nothing.
+	q=$(command -v qemu-system-x86_64) &&
+		"$q" --version 2>/dev/null | grep -q "version 10\.0\." && { echo "$q"; exit 0; }
+	# Only Debian 12 has a backports build of 10.0 to fetch.
+	suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	[ "$suite" = bookworm ] ||
+		die "QEMU 10.0 is fetched from bookworm-backports for Debian 12 hosts; this host is '${suite:-unknown}' and its QEMU is $("${q:-false}" --version 2>/dev/null | head -1 || echo "not installed")"
+	;;
 *) die "unknown QEMU version '$VERSION' (7.2 or 10.0)" ;;
 esac
 

@@ -21,6 +21,21 @@
       connects to it by name, sometimes connects to VICTIM. It stops
       swapping after 120 s.
 
+  hostile_qmp.py plain NVCPUS READY ARGS...
+      a well-behaved monitor (the vCPUs it holds, stable) on the socket
+      $HQ_SOCK, whatever else its command line says (a megabyte of -mon
+      and -chardev).
+  hostile_qmp.py hist NVCPUS READY ARGS...
+      on $HQ_SOCK, a vCPU schema of two linear histograms of 65535
+      buckets, with values for the first vCPU only, beside one bad
+      descriptor of each kind (a linear histogram without bucket-size,
+      a name listed twice, an out-of-range exponent) and good stats
+      (exits, halt_wait_hist). With $HQ_WIDE=1: eight 256-bucket
+      histograms per vCPU instead.
+  hostile_qmp.py arrays NVCPUS READY ARGS...
+      on $HQ_SOCK, a query-stats of the vCPUs whose value is
+      "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
+
 Run it as `exec -a qemu-system-x86_64 python3 hostile_qmp.py ...` so that
 its argv[0] looks like QEMU's. READY is created once the VM exists.
 """
@@ -39,11 +54,18 @@ AT_FDCWD = -100
 RENAME_EXCHANGE = 2
 KVM_CREATE_VM = 0xAE01
 KVM_CREATE_VCPU = 0xAE41
+KVM_CHECK_EXTENSION = 0xAE03
+KVM_CAP_MAX_VCPUS = 66
 NEW_PER_POLL = 500
 
 
 def make_vm(nvcpus):
     kvm = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    # No more than this KVM allows (a lab's nested KVM may allow fewer).
+    most = fcntl.ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS)
+    if most > 0 and nvcpus > most:
+        sys.stderr.write("hostile_qmp.py: %d vCPUs, KVM's most\n" % most)
+        nvcpus = most
     vm = fcntl.ioctl(kvm, KVM_CREATE_VM, 0)
     vcpus = [fcntl.ioctl(vm, KVM_CREATE_VCPU, i) for i in range(nvcpus)]
     return kvm, vm, vcpus
@@ -95,6 +117,9 @@ class Monitor:
             return {"base-memory": 1 << 30}
         return {}
 
+    def raw(self, cmd):
+        return None
+
     def serve(self, conn):
         conn.sendall(b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
                      b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
@@ -112,11 +137,100 @@ class Monitor:
                 except ValueError:
                     break
                 text = text[end:].lstrip()
+                raw = self.raw(cmd)
+                if raw is not None:
+                    conn.sendall(raw)
+                    continue
                 reply = {"return": self.answer(cmd)}
                 if "id" in cmd:
                     reply["id"] = cmd["id"]
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             buf = text.encode()
+
+
+class Plain(Monitor):
+    def __init__(self, nvcpus):
+        super().__init__()
+        self.cpus = ["/machine/unattached/device[%d]" % i for i in range(nvcpus)]
+
+    def vcpu_stats(self):
+        self.polls += 1
+        return [{"provider": "kvm", "qom-path": p, "stats": [
+            {"name": "exits", "value": self.polls},
+            {"name": "halt_wait_hist", "value": [self.polls] * 32}]}
+            for p in self.cpus]
+
+    def cpus_fast(self):
+        return [{"qom-path": p, "cpu-index": i, "thread-id": os.getpid()}
+                for i, p in enumerate(self.cpus)]
+
+
+HIST_BUCKETS = 65535
+HIST_SCHEMAS = [SCHEMAS[0], {"provider": "kvm", "target": "vcpu", "stats": [
+    {"name": "exits", "type": "cumulative"},
+    {"name": "halt_wait_hist", "type": "log2-histogram", "unit": "seconds",
+     "exponent": -9, "base": 10},
+    {"name": "big_a", "type": "linear-histogram", "bucket-size": 1},
+    {"name": "big_b", "type": "linear-histogram", "bucket-size": 1},
+    {"name": "bad_linear", "type": "linear-histogram"},
+    {"name": "exits", "type": "instant"},
+    {"name": "bad_exponent", "type": "cumulative", "unit": "seconds",
+     "exponent": 7},
+    {"name": "io_exits", "type": "cumulative"}]}]
+
+
+WIDE = 8
+WIDE_SCHEMAS = [SCHEMAS[0], {"provider": "kvm", "target": "vcpu", "stats": [
+    {"name": "exits", "type": "cumulative"}] + [
+    {"name": "wide_%d" % i, "type": "log2-histogram"} for i in range(WIDE)]}]
+
+
+class Hist(Plain):
+    """With $HQ_WIDE: eight 256-bucket histograms per vCPU instead, every
+    one kept (the most a schema may hold), for the exporter's cap."""
+    wide = bool(os.environ.get("HQ_WIDE"))
+
+    def answer(self, cmd):
+        if cmd.get("execute") == "query-stats-schemas":
+            return WIDE_SCHEMAS if self.wide else HIST_SCHEMAS
+        return super().answer(cmd)
+
+    def vcpu_stats(self):
+        if self.wide:
+            return [{"provider": "kvm", "qom-path": p, "stats": [
+                {"name": "exits", "value": i}] + [
+                {"name": "wide_%d" % k, "value": [1] * 256} for k in range(WIDE)]}
+                for i, p in enumerate(self.cpus)]
+        self.polls += 1
+        big = [self.polls] * HIST_BUCKETS
+        out = []
+        for i, p in enumerate(self.cpus):
+            st = [{"name": "exits", "value": 1000 + i},
+                  {"name": "io_exits", "value": 7}]
+            if not i:
+                st += [{"name": "halt_wait_hist", "value": [1] * 32},
+                       {"name": "big_a", "value": big},
+                       {"name": "big_b", "value": big},
+                       {"name": "bad_linear", "value": [1] * 4},
+                       {"name": "bad_exponent", "value": 1}]
+            out.append({"provider": "kvm", "qom-path": p, "stats": st})
+        return out
+
+
+class Arrays(Plain):
+    def __init__(self, nvcpus):
+        super().__init__(nvcpus)
+        n = max(1, (int(os.environ.get("HQ_BYTES", "17800000")) - 200) // 3)
+        self.blob = ("[" + ",".join(["[]"] * n) + "]").encode()
+
+    def raw(self, cmd):
+        args = cmd.get("arguments") or {}
+        if cmd.get("execute") != "query-stats" or args.get("target") != "vcpu":
+            return None
+        return (b'{"return": [{"provider": "kvm", "qom-path": "' +
+                self.cpus[0].encode() + b'", "stats": [{"name": "exits", '
+                b'"value": ' + self.blob + b'}]}], "id": ' +
+                json.dumps(cmd.get("id")).encode() + b'}\n')
 
 
 def swap_forever(path, victim):
@@ -141,12 +255,16 @@ def drop_to_nobody():
 def main():
     mode, nvcpus, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     held = make_vm(nvcpus)
+    nvcpus = len(held[2])
     if mode == "deputy":
         open(ready, "w").close()
         drop_to_nobody()
         while True:
             time.sleep(3600)
-    path = sys.argv[5][len("unix:"):].split(",")[0]
+    # Ready only once it can answer at once (Arrays builds its reply).
+    mon = {"plain": Plain, "hist": Hist, "arrays": Arrays}.get(
+        mode, lambda n: Monitor())(nvcpus)
+    path = os.environ.get("HQ_SOCK") or sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
     sock.listen(1)
@@ -157,7 +275,6 @@ def main():
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
                          daemon=True).start()
-    mon = Monitor()
     while True:
         conn, _ = sock.accept()
         if mode == "swap":

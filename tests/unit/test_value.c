@@ -162,6 +162,30 @@ static void test_quantile_one_value_buckets(void **state)
 	assert_true(fabs(kvmstats_hist__quantile(lg, mixed, 0.75) - 3) < 1e-9);
 }
 
+/* Buckets whose sum passes 2^64 (a hostile image, a corrupt log, years
+ * of a busy counter): the count saturates instead of wrapping to a small
+ * number, and the quantiles still rank against the true total. */
+static void test_hist_count_overflow(void **state)
+{
+	const struct kvmstats_stat *lg = stat("loghist");
+	const struct kvmstats_stat *lin = stat("linhist");
+	uint64_t full[8], half[4] = { UINT64_MAX, UINT64_MAX, 0, 0 };
+	uint64_t edge[4] = { UINT64_MAX - 1, 1, 0, 0 };
+
+	(void)state;
+	for (int i = 0; i < 8; i++)
+		full[i] = UINT64_MAX;
+	assert_true(kvmstats_hist__count(lg, full) == UINT64_MAX);
+	assert_true(kvmstats_hist__count(lin, half) == UINT64_MAX);
+	assert_true(kvmstats_hist__count(lin, edge) == UINT64_MAX);
+	/* 8 equal buckets: the median is the top of bucket 3, [4, 8). */
+	assert_true(fabs(kvmstats_hist__quantile(lg, full, 0.5) - 8) < 1e-6);
+	assert_true(kvmstats_hist__quantile(lg, full, 0.01) == 0);
+	/* Two equal full buckets of 100 wide: p75 is half way into the second. */
+	assert_true(fabs(kvmstats_hist__quantile(lin, half, 0.75) - 150) < 1e-6);
+	assert_true(fabs(kvmstats_hist__quantile(lin, half, 0.25) - 50) < 1e-6);
+}
+
 static void test_rate_and_delta(void **state)
 {
 	size_t n = kvmstats_schema__data_size(schema) / 8;
@@ -288,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_linear_buckets),
 		cmocka_unit_test(test_quantiles),
 		cmocka_unit_test(test_quantile_one_value_buckets),
+		cmocka_unit_test(test_hist_count_overflow),
 		cmocka_unit_test(test_rate_and_delta),
 		cmocka_unit_test(test_fd_kinds),
 		cmocka_unit_test(test_qemu_names),

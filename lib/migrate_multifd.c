@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Multifd: what its channels send and how fast, per QEMU version.
+ *
+ * Facts from QEMU's migration/multifd*.c, ram.c and migration-stats.c
+ * (read for facts only), and measured against real migrations on
+ * loopback TCP (tests/integration/plan_migrate.sh, docs/plan.md):
+ *  - pages travel in packets of up to 128 (MULTIFD_PACKET_SIZE 512 KiB
+ *    of 4 KiB pages); a packet is a fixed header (magic, version, flags,
+ *    counts, packet number, the RAM block's name in 256 bytes) and an
+ *    array of 128 page offsets whatever its fill: 320 + 8 x 128 = 1344
+ *    bytes, then the pages (4096 bytes each, or their compressed stream);
+ *  - QEMU before 9.0 (and 9.0+ with zero-page-detection=legacy) tests
+ *    pages for zero in the migration thread and sends a zero page on the
+ *    main channel (9 bytes) as the legacy path does; 9.0+ by default lets
+ *    the channels test them, and a zero page is then only an offset in
+ *    a packet;
+ *  - QEMU 7.2 counts a packet's pages at 4096 bytes each, compressed or
+ *    not, both in ram.transferred and against max-bandwidth (its
+ *    multifd_send_pages() accounts before compression): compression
+ *    there saves wire bytes but neither reported bytes nor time under a
+ *    bandwidth limit. It counts a packet when the migration thread hands
+ *    it to a channel, so the one being filled is over the limit: measured
+ *    1.10x the limit at 32 MiB/s (one 512 KiB packet per 100 ms: 1.16x);
+ *  - QEMU 8.x+ counts what a channel actually sent (after compression)
+ *    once it sent it, and checks max-bandwidth every 100 ms against the
+ *    bytes counted so far: packets handed to channels but not yet
+ *    counted are over the limit. Measured on QEMU 10.0 at 32 MiB/s:
+ *    2 channels ran at 1.31x the limit, 4 at 1.62x, 8 at 1.58x: about
+ *    one 512 KiB packet per channel per 100 ms, for up to 4 channels;
+ *  - QEMU 8.x+ counts device state in ram.transferred too: ~125 KB for
+ *    our test VM (one vCPU, no devices), taken as the usual case.
+ * QEMU 8.x and 9.x were not measured: they are modelled as 10.0.
+ */
+#include <math.h>
+
+#include "mem_internal.h"
+
+#define MULTIFD_PAGES 128.0
+#define MULTIFD_PACKET_BYTES (320.0 + 8.0 * MULTIFD_PAGES)
+#define MULTIFD_INFLIGHT_MAX 4u
+#define DEVICE_STATE_BYTES 125000.0
+
+static bool counts_wire(const struct kvmstats_migrate_settings *s)
+{
+	return s->qemu_major >= 8;
+}
+
+static bool zero_in_channels(const struct kvmstats_migrate_settings *s)
+{
+	return s->qemu_major >= 9 &&
+	       s->zero_detect == KVMSTATS_MIG_ZERO_MULTIFD;
+}
+
+double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s)
+{
+	return counts_wire(s) ? DEVICE_STATE_BYTES : 0;
+}
+
+/* Bytes of one pass: @reported as QEMU counts them (ram.transferred, and
+ * against max-bandwidth), @wire as they go over the wire. */
+void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
+		     const struct kvmstats_compress_estimate *c,
+		     const struct ks_mig_pages *pg, double *reported,
+		     double *wire)
+{
+	bool zc = zero_in_channels(s);
+	double in_packets = pg->normal + (zc ? pg->zero : 0);
+	double packets = ceil(in_packets / MULTIFD_PAGES);
+	double main_ch = zc ? 0 : pg->zero * KVMSTATS_QEMU_ZERO_PAGE_BYTES;
+	double raw = pg->normal * KVMSTATS_PAGE_SIZE;
+	double comp = c && c->valid ? raw * c->ratio : raw;
+
+	if (s->zero_detect == KVMSTATS_MIG_ZERO_NONE) {
+		/* Zero pages are sent as normal ones. */
+		packets = ceil((pg->normal + pg->zero) / MULTIFD_PAGES);
+		raw += pg->zero * KVMSTATS_PAGE_SIZE;
+		comp = c && c->valid ? raw * c->ratio : raw;
+		main_ch = 0;
+	}
+	*wire = main_ch + packets * MULTIFD_PACKET_BYTES + comp +
+		KVMSTATS_QEMU_EOS_BYTES;
+	*reported = counts_wire(s) ? *wire
+				   : main_ch + packets * MULTIFD_PACKET_BYTES +
+					     raw + KVMSTATS_QEMU_EOS_BYTES;
+}
+
+/* The rate the transfer runs at under max-bandwidth. */
+double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s)
+{
+	unsigned int inflight = s->channels < MULTIFD_INFLIGHT_MAX
+					? s->channels
+					: MULTIFD_INFLIGHT_MAX;
+
+	if (!counts_wire(s))
+		inflight = 1;
+	return s->bandwidth +
+	       inflight * MULTIFD_PAGES * KVMSTATS_PAGE_SIZE * 10.0;
+}

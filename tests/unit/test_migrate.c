@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The migration settings (names, values, defaults per QEMU version, the
+ * options over QEMU's) and the multifd model's accounting per version.
+ */
+#include <math.h>
+
+#include "unit.h"
+#include "../../lib/mem_internal.h"
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_string_equal(kvmstats_mig_key_str(KVMSTATS_MIG_CHANNELS), "multifd-channels");
+	assert_string_equal(kvmstats_mig_key_str(KVMSTATS_MIG_NKEYS), "unknown");
+	assert_string_equal(kvmstats_mig_src_str(KVMSTATS_MIG_SRC_OPTION), "option");
+	assert_int_equal(kvmstats_mig_compress_parse("zstd"), KVMSTATS_MIG_COMPRESS_ZSTD);
+	assert_int_equal(kvmstats_mig_compress_parse("zlib"), KVMSTATS_MIG_COMPRESS_ZLIB);
+	/* "other" names what QEMU has and we do not model: not an option. */
+	assert_int_equal(kvmstats_mig_compress_parse("other"), -EINVAL);
+	assert_int_equal(kvmstats_mig_compress_parse("lz4"), -EINVAL);
+	assert_int_equal(kvmstats_mig_compress_parse(NULL), -EINVAL);
+}
+
+static void test_defaults_and_overrides(void **state)
+{
+	struct kvmstats_migrate_settings s = { .qemu_major = 10 };
+	struct kvmstats_migrate_overrides o = {
+		.sz = sizeof(o), .compress = KVMSTATS_MIG_COMPRESS_ZSTD,
+		.auto_converge = -1, .postcopy = 1,
+	};
+	char v[32];
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	assert_int_equal(s.qemu_major, 10);
+	assert_true(fabs(s.bandwidth - 134217728.0) < 1);
+	assert_int_equal(s.channels, 2);
+	assert_int_equal(s.zero_detect, KVMSTATS_MIG_ZERO_MULTIFD);
+	assert_int_equal(s.src[KVMSTATS_MIG_BANDWIDTH], KVMSTATS_MIG_SRC_DEFAULT);
+	/* --compressed alone turns multifd on, like virsh's. */
+	ks_migrate_override(&s, &o);
+	assert_true(s.multifd);
+	assert_int_equal(s.src[KVMSTATS_MIG_MULTIFD], KVMSTATS_MIG_SRC_OPTION);
+	assert_int_equal(s.src[KVMSTATS_MIG_CHANNELS], KVMSTATS_MIG_SRC_DEFAULT);
+	assert_true(s.postcopy);
+	assert_false(s.auto_converge);
+	assert_int_equal(s.src[KVMSTATS_MIG_AUTO_CONVERGE], KVMSTATS_MIG_SRC_DEFAULT);
+	kvmstats_migrate_settings__value(&s, KVMSTATS_MIG_COMPRESSION, v, sizeof(v));
+	assert_string_equal(v, "zstd");
+	kvmstats_migrate_settings__value(&s, KVMSTATS_MIG_DOWNTIME, v, sizeof(v));
+	assert_string_equal(v, "300");
+	/* Before 9.0 zero pages are found in the migration thread. */
+	s.qemu_major = 7;
+	ks_migrate_defaults(&s);
+	assert_int_equal(s.zero_detect, KVMSTATS_MIG_ZERO_LEGACY);
+}
+
+/* 7.2 counts multifd pages uncompressed; 10.0 counts what was sent, and
+ * its zero pages are offsets in packets. */
+static void test_multifd_accounting(void **state)
+{
+	struct kvmstats_compress_estimate c = { .valid = true, .ratio = 0.01 };
+	struct ks_mig_pages pg = { .zero = 1280, .normal = 1280, .blocks = 1 };
+	struct kvmstats_migrate_settings s7 = { .qemu_major = 7, .qemu_minor = 2 };
+	struct kvmstats_migrate_settings s10 = { .qemu_major = 10 };
+	double rep, wire;
+
+	(void)state;
+	ks_migrate_defaults(&s7);
+	ks_migrate_defaults(&s10);
+	s7.multifd = s10.multifd = true;
+	s7.channels = s10.channels = 4;
+	s7.bandwidth = s10.bandwidth = 32 << 20;
+	ks_multifd_pass(&s7, &c, &pg, &rep, &wire);
+	/* 10 packets of 1344 bytes, 1280 x 4096 counted, zero pages 9 bytes. */
+	assert_true(fabs(rep - (1280 * 9 + 10 * 1344 + 1280 * 4096.0 + 8)) < 1);
+	assert_true(wire < rep / 10);
+	ks_multifd_pass(&s10, &c, &pg, &rep, &wire);
+	/* 20 packets (zero pages in them too), the compressed pages. */
+	assert_true(fabs(rep - (20 * 1344 + 1280 * 4096 * 0.01 + 8)) < 1);
+	assert_true(fabs(rep - wire) < 1);
+	/* Packets in flight exceed the limit from 8.x on, by up to 4. */
+	assert_true(ks_multifd_bandwidth(&s10) > ks_multifd_bandwidth(&s7));
+	s10.channels = 16;
+	assert_true(fabs(ks_multifd_bandwidth(&s10) - (32 << 20) - 4 * 5242880.0) < 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_defaults_and_overrides),
+		cmocka_unit_test(test_multifd_accounting),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
