@@ -529,6 +529,7 @@ static struct json_object *estimate_json(const struct kvmstats_estimate *e)
 	jset(o, "cpu_seconds", jnum(e->cpu_s));
 	jset(o, "bytes_read", ju64(e->bytes_read));
 	jset(o, "pages_tested", ju64(e->tested));
+	jset(o, "missing_pages", ju64(e->missing_pages));
 	jset(o, "note", jstr(e->note));
 	return o;
 }
@@ -569,6 +570,7 @@ static struct json_object *dirty_json(const struct kvmstats_plan_vm *r)
 	jset(o, "sampled_pages", ju64(d->sampled));
 	jset(o, "population", ju64(d->population));
 	jset(o, "new_pages", ju64(d->new_pages));
+	jset(o, "missing_pages", ju64(d->missing_pages));
 	jset(o, "curve", curve);
 	return o;
 }
@@ -654,6 +656,7 @@ static struct json_object *row_json(const struct vm_row *row, int rank)
 	}
 	jset(o, "memory_bytes", ju64(r->memory_bytes));
 	jset(o, "pages", ju64(r->pages));
+	jset(o, "missing_pages", ju64(r->missing_pages));
 	if (ok) {
 		e = &r->est[r->method];
 		jset(o, "method", jstr(
@@ -839,6 +842,27 @@ static void print_estimates(const struct vm_row *row, bool verbose)
 		print_settings(row->p);
 }
 
+/* Pages the VMM took away while the plan read them: unknown, so said. */
+static void print_missing(const struct vm_row *rows, size_t n)
+{
+	bool first = true;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct kvmstats_plan_vm *r = rows[i].res;
+		char b[16];
+
+		if (!rows[i].p || !r->missing_pages)
+			continue;
+		human_bytes((double)r->missing_pages * KVMSTATS_PAGE_SIZE, b, sizeof(b));
+		printf("%spid %d: %" PRIu64 " pages (%s, %.2f%% of its RAM) went "
+		       "missing while the plan read them (the VMM took them away); "
+		       "counted as unknown\n", first ? "\n" : "", (int)r->pid,
+		       r->missing_pages, b, r->pages ? 100.0 * (double)r->missing_pages /
+		       (double)r->pages : 0);
+		first = false;
+	}
+}
+
 static void print_table(struct cli *cli, const struct plan_args *a,
 			struct vm_row *rows, size_t n)
 {
@@ -875,6 +899,7 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 		    kvmstats_plan__detail(rows[i].p)->not_modelled[0])
 			printf("\npid %d: on but not modelled: %s\n", (int)rows[i].pid,
 			       kvmstats_plan__detail(rows[i].p)->not_modelled);
+	print_missing(rows, n);
 	if (a->interval == 0)
 		printf("\n--interval 0: no dirty rate measured; the model assumed clean guests\n");
 }

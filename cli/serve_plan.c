@@ -35,6 +35,7 @@ enum {
 	PG_ZERO,
 	PG_NONZERO,
 	PG_UNKNOWN,
+	PG_MISSING,
 	PG_RATIO,
 	PG_DIRTY,
 	PG_BYTES,
@@ -58,6 +59,9 @@ static const struct {
 	[PG_UNKNOWN] = { "kvmstats_plan_unknown_pages", NULL,
 			 "Guest pages (4 KiB) of unknown content (swapped), sent as "
 			 "normal pages by the model" },
+	[PG_MISSING] = { "kvmstats_plan_missing_pages", NULL,
+			 "Guest pages (4 KiB) the VMM took away while the plan read them "
+			 "(unknown; estimated where the plan sampled)" },
 	[PG_RATIO] = { "kvmstats_plan_zero_ratio", NULL,
 		       "Share of the guest pages that are zero" },
 	[PG_DIRTY] = { "kvmstats_plan_dirty_pages_per_second", NULL,
@@ -84,6 +88,7 @@ static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t ran
 	case PG_ZERO: return (double)e->zero_pages;
 	case PG_NONZERO: return (double)e->nonzero_pages;
 	case PG_UNKNOWN: return (double)e->unknown_pages;
+	case PG_MISSING: return (double)v->missing_pages;
 	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : 0;
 	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : 0;
 	case PG_BYTES: return (double)v->pred.bytes;

@@ -240,6 +240,11 @@ struct kvmstats_estimate {
 	uint64_t bytes_read;	/* guest memory read */
 	uint64_t tested;	/* pages content-tested */
 	char note[192];
+	/* Candidates that went missing while they were read (the VMM
+	 * truncated its file or punched a hole: gone from memory between
+	 * the classification and the read, or during it), counted in
+	 * unknown_pages. sample: scaled from the sample to the candidates. */
+	uint64_t missing_pages;
 };
 
 /* From KVM's binary stats of the VMs @vmm holds (pages_4k + 512 *
@@ -285,8 +290,11 @@ struct kvmstats_scan_opts {
 
 /* Read every candidate and test it: anonymous RAM is copied with
  * process_vm_readv in large batches of many iovecs; shared and file RAM
- * is mapped read-only and tested in place (only candidates: a hole is
- * never touched). Never reads a page that was not present. Returns 0;
+ * is read with pread from the VMM's file (only candidates still in
+ * memory: a hole is never touched). Never reads a page that was not
+ * present, never faults (no SIGBUS when the VMM truncates its file): a
+ * candidate gone meanwhile is unknown and counted in e->missing_pages.
+ * Returns 0;
  * -ESRCH when the VMM exited mid-scan (e->note says so and the counts
  * are partial); -ECANCELED when progress asked to stop. */
 KVMSTATS_API int kvmstats_pages__scan(const struct kvmstats_pages *pg,
@@ -320,6 +328,11 @@ struct kvmstats_dirty_result {
 	double pages_per_second;	/* at the last point */
 	double lo, hi;		/* 95% interval, pages/s */
 	double elapsed_s, cpu_s;
+	/* Present pages that went missing while they were hashed (not in
+	 * memory when read): the most found at the baseline or any point,
+	 * scaled to the population. Such pages count neither as dirtied
+	 * nor as clean. */
+	uint64_t missing_pages;
 };
 
 struct kvmstats_dirty_opts {
@@ -448,6 +461,10 @@ struct kvmstats_plan_vm {
 	double elapsed_s;	/* everything, the dirty interval included */
 	int error;		/* 0, or -errno of the step that failed */
 	char error_msg[192];
+	/* Pages of guest RAM that went missing while the plan read them
+	 * (the VMM took them away): the most any estimate or dirty-rate
+	 * pass found (estimated where it sampled). Unknown, never zero. */
+	uint64_t missing_pages;
 };
 
 struct kvmstats_plan;

@@ -48,10 +48,26 @@ struct kvmstats_dirty {
 	struct kvmstats_dirty_result res;
 };
 
-/* Hash (or compare against the baseline) every sampled page. */
+/* The most sampled pages found missing in one pass, as a share of the
+ * population. */
+static void note_missing(struct kvmstats_dirty *d, uint64_t missing)
+{
+	uint64_t m = d->n ? (uint64_t)llround((double)missing *
+					      (double)d->pg->c.candidates /
+					      (double)d->n) : 0;
+
+	if (m > d->res.missing_pages)
+		d->res.missing_pages = m;
+}
+
+/* Hash (or compare against the baseline) every sampled page. A page the
+ * VMM took away (missing) at the baseline is left out; one that went
+ * missing since is "gone", neither dirtied nor clean. */
 static int hash_all(struct kvmstats_dirty *d, bool baseline, uint64_t *changed,
 		    uint64_t *gone)
 {
+	uint64_t missing = 0;
+
 	*changed = *gone = 0;
 	for (uint64_t i = 0; i < d->n; i += FETCH) {
 		size_t m = d->n - i < FETCH ? (size_t)(d->n - i) : FETCH;
@@ -63,6 +79,7 @@ static int hash_all(struct kvmstats_dirty *d, bool baseline, uint64_t *changed,
 		for (size_t k = 0; k < m; k++) {
 			uint64_t h;
 
+			missing += ks_view_missing(&d->v, &d->refs[i + k], d->ptr[k]);
 			if (baseline) {
 				d->readable[i + k] = d->ptr[k] != NULL;
 				if (d->ptr[k])
@@ -79,6 +96,7 @@ static int hash_all(struct kvmstats_dirty *d, bool baseline, uint64_t *changed,
 			*changed += h != d->hash[i + k];
 		}
 	}
+	note_missing(d, missing);
 	return 0;
 }
 

@@ -129,6 +129,9 @@ uint64_t ks_sample_size(const struct kvmstats_pages *pg, uint32_t per_gib,
  * order and neighbours merge); all of them when n >= total. */
 int ks_pick_sorted(uint64_t *idx, uint64_t n, uint64_t total, uint64_t *seed);
 
+/* Append "; N WHAT pages went missing while read" to an estimate's note. */
+void ks_note_missing(char *note, size_t len, uint64_t n, const char *what);
+
 /* 95% Wilson score interval of a proportion k/n. */
 void ks_wilson(uint64_t k, uint64_t n, double *lo, double *hi);
 
@@ -153,14 +156,18 @@ static inline double ks_secs(uint64_t ns)
 long ks_read_pages(pid_t pid, const uint64_t *addr, size_t n, void *buf,
 		   bool *ok);
 
-/* Where the content of guest pages can be read: anonymous and private
- * memory through process_vm_readv, shared memory in place through a
- * read-only mapping of its file (never a page that is not resident). */
+/* Where the content of guest pages can be read, without a fault
+ * (mem_view.c): anonymous and private memory through process_vm_readv,
+ * shared memory with pread on its file (never a page that is not in
+ * memory). A page that was gone when read is unknown: the callers count
+ * it as missing. */
 struct ks_view {
 	const struct kvmstats_pages *pg;
-	const unsigned char **map;	/* per region: our mapping, or NULL */
-	bool *blind;		/* per region: cannot be read safely */
+	int *fd;		/* per region: its file, or -1 */
+	const unsigned char **map;	/* per region: our mapping of that file,
+					 * never loaded from: mincore() only */
 	size_t *maplen;
+	bool *blind;		/* per region: cannot be read safely */
 };
 
 struct ks_pageref {
@@ -170,13 +177,33 @@ struct ks_pageref {
 
 int ks_view_open(struct ks_view *v, const struct kvmstats_pages *pg);
 void ks_view_close(struct ks_view *v);
-/* Make pages @refs[0..n) readable: ptr[i] points at page i's content
- * (copied into @buf, n * 4 KiB, or in place), or NULL when it could not
- * be read. @addr is scratch of n entries. Returns the number readable, or
- * -ESRCH when the VMM is gone. */
+/* Read pages [page, page + n) of @region, which has a file (fd >= 0),
+ * into @buf (n * 4 KiB). ok[i]: page i was in memory before the read,
+ * and read in full; with @recheck, in memory after it too (else call
+ * ks_view_recheck on the pages that need it: only a page read as zeros
+ * can be a hole read). @vec is n bytes of scratch. Returns the pages
+ * read. */
+size_t ks_view_read(const struct ks_view *v, size_t region, uint64_t page,
+		    size_t n, unsigned char *buf, unsigned char *vec, bool *ok,
+		    bool recheck);
+/* Clear ok[i] of the pages of [page, page + n) not in memory now. */
+void ks_view_recheck(const struct ks_view *v, size_t region, uint64_t page,
+		     size_t n, unsigned char *vec, bool *ok);
+/* Read pages @refs[0..n) (n <= 256) into @buf (n * 4 KiB): ptr[i] points
+ * at page i's copy, or is NULL when it could not be read (its region is
+ * blind, or the page went missing). @addr and @ok are scratch of n
+ * entries. Returns the number read, or -ESRCH when the VMM is gone. */
 long ks_view_fetch(const struct ks_view *v, const struct ks_pageref *refs,
 		   size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
 		   const unsigned char **ptr);
+/* Was the page at @ref, which a fetch could not read (@ptr NULL), missing
+ * (rather than in a region that is not read at all)? */
+static inline bool ks_view_missing(const struct ks_view *v,
+				   const struct ks_pageref *ref,
+				   const unsigned char *ptr)
+{
+	return !ptr && !v->blind[ref->region];
+}
 
 /* migrate_settings.c: QEMU's migration settings (over @q, in the RAM
  * blocks' exchange), its defaults, and the caller's overrides. */

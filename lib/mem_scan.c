@@ -12,10 +12,11 @@
  * local buffer of about a megabyte (it stays in L2) and one remote iovec
  * per run of candidates, up to IOV_MAX a call. The copy costs a second
  * pass over the data, but the alternatives (ptrace, /proc/PID/mem) cost
- * more per byte or stop the VMM. Shared RAM (memfd, shm, hugetlbfs,
- * files) is mapped read-only here and tested in place; just before a run
- * is read, mincore() checks it is still resident, so that a hole punched
- * meanwhile (a balloon) is not read, which would allocate it.
+ * more per byte or stop the VMM. Shared RAM (memfd, shm, files) is read
+ * with pread on the VMM's file into the same buffer, each run checked in
+ * memory before and after (mem_view.c): the VMM may truncate the file
+ * under us, and a load from a mapping of it would then raise SIGBUS. A
+ * page gone meanwhile is unknown and counted as missing.
  *
  * The scan runs on ceil(max_cpu) threads taking 16 MiB chunks of address
  * space in turn. Each thread keeps its share of the budget by sleeping
@@ -33,13 +34,15 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "mem_internal.h"
 
 #define CHUNK_PAGES 4096u	/* 16 MiB of address space */
+/* Pages per pread of shared RAM: 256 KiB, so that the copy is still in
+ * L2 (512 KiB a core here) when it is tested. */
+#define FILE_RUN 64u
 #define MAX_IOV 1024u		/* IOV_MAX */
 #define GIB (1ull << 30)
 
@@ -89,149 +92,6 @@ uint64_t ks_hash_page(const void *page)
 	return w ^ (w >> 29);
 }
 
-long ks_read_pages(pid_t pid, const uint64_t *addr, size_t n, void *buf, bool *ok)
-{
-	struct iovec remote[MAX_IOV], local;
-	size_t i = 0;
-	long good = 0;
-
-	while (i < n) {
-		size_t first = i, niov = 0;
-		ssize_t got;
-
-		/* Merge neighbours; stop at IOV_MAX iovecs. */
-		while (i < n && (niov < MAX_IOV || addr[i] == addr[i - 1] + KS_PAGE)) {
-			if (niov && addr[i] == addr[i - 1] + KS_PAGE && i > first) {
-				remote[niov - 1].iov_len += KS_PAGE;
-			} else {
-				remote[niov].iov_base = (void *)(uintptr_t)addr[i];
-				remote[niov++].iov_len = KS_PAGE;
-			}
-			i++;
-		}
-		local.iov_base = (unsigned char *)buf + first * KS_PAGE;
-		local.iov_len = (i - first) * KS_PAGE;
-		got = process_vm_readv(pid, &local, 1, remote, niov, 0);
-		if (got < 0 && errno == ESRCH)
-			return -ESRCH;
-		got = got < 0 ? 0 : got / KS_PAGE;
-		for (size_t k = first; k < first + (size_t)got; k++)
-			ok[k] = true;
-		good += got;
-		if (first + (size_t)got < i) {
-			/* The page after the last good one failed: skip it and
-			 * go on from the next. */
-			ok[first + (size_t)got] = false;
-			i = first + (size_t)got + 1;
-		}
-	}
-	return good;
-}
-
-/* Shared memory and files are read in place. Not hugetlbfs: mincore()
- * there only sees our own page tables, so it cannot tell a hole, and the
- * VMM maps every hugetlb page the guest touched anyway: those are read
- * through process_vm_readv like anonymous memory. */
-static bool in_place(const struct kvmstats_ram_region *r)
-{
-	return r->shared && (r->kind == KVMSTATS_RAM_SHMEM || r->kind == KVMSTATS_RAM_FILE);
-}
-
-int ks_view_open(struct ks_view *v, const struct kvmstats_pages *pg)
-{
-	const struct kvmstats_ram *ram = pg->ram;
-
-	v->pg = pg;
-	v->map = calloc(pg->n ? pg->n : 1, sizeof(*v->map));
-	v->maplen = calloc(pg->n ? pg->n : 1, sizeof(*v->maplen));
-	v->blind = calloc(pg->n ? pg->n : 1, sizeof(*v->blind));
-	if (!v->map || !v->maplen || !v->blind) {
-		ks_view_close(v);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < pg->n; i++) {
-		const struct kvmstats_ram_region *r = &ram->r[i];
-		uint64_t ps = r->page_size ? r->page_size : KS_PAGE;
-		size_t len = (size_t)((r->len + ps - 1) / ps * ps);
-		void *m;
-		int fd;
-
-		if (!in_place(r) || !pg->r[i].ncand)
-			continue;
-		/* Without our own mapping, pages the VMM maps could be read
-		 * through process_vm_readv, but cached pages it does not map
-		 * would be faulted in: then the region is not read at all. */
-		v->blind[i] = pg->r[i].cached != 0;
-		fd = ks_region_open(ram, r);
-		if (fd < 0)
-			continue;
-		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)r->file_offset);
-		close(fd);
-		if (m == MAP_FAILED)
-			continue;
-		v->blind[i] = false;
-		v->map[i] = m;
-		v->maplen[i] = len;
-	}
-	return 0;
-}
-
-void ks_view_close(struct ks_view *v)
-{
-	for (size_t i = 0; v->map && i < v->pg->n; i++)
-		if (v->map[i])
-			munmap((void *)v->map[i], v->maplen[i]);
-	free(v->map);
-	free(v->maplen);
-	free(v->blind);
-	v->map = NULL;
-	v->maplen = NULL;
-	v->blind = NULL;
-}
-
-static bool resident(const unsigned char *p)
-{
-	unsigned char vec;
-
-	return !mincore((void *)p, KS_PAGE, &vec) && (vec & 1);
-}
-
-long ks_view_fetch(const struct ks_view *v, const struct ks_pageref *refs,
-		   size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
-		   const unsigned char **ptr)
-{
-	const struct kvmstats_ram *ram = v->pg->ram;
-	size_t nremote = 0;
-	long good = 0, got;
-
-	for (size_t i = 0; i < n; i++) {
-		const unsigned char *m = v->map[refs[i].region];
-
-		ptr[i] = NULL;
-		if (v->blind[refs[i].region])
-			continue;
-		if (m) {
-			m += refs[i].page * KS_PAGE;
-			ptr[i] = resident(m) ? m : NULL;
-			good += ptr[i] != NULL;
-			continue;
-		}
-		addr[nremote++] = ram->r[refs[i].region].start + refs[i].page * KS_PAGE;
-	}
-	if (!nremote)
-		return good;
-	got = ks_read_pages(ram->pid, addr, nremote, buf, ok);
-	if (got < 0)
-		return got;
-	for (size_t i = 0, k = 0; i < n; i++) {
-		if (v->map[refs[i].region] || v->blind[refs[i].region])
-			continue;
-		ptr[i] = ok[k] ? buf + k * KS_PAGE : NULL;
-		k++;
-	}
-	return good + got;
-}
-
 /* ---- sample ---- */
 
 static int cmp_u64(const void *a, const void *b)
@@ -273,6 +133,15 @@ uint64_t ks_sample_size(const struct kvmstats_pages *pg, uint32_t per_gib,
 	return n < population ? n : population;
 }
 
+void ks_note_missing(char *note, size_t len, uint64_t n, const char *what)
+{
+	size_t used = strlen(note);
+
+	if (used < len)
+		snprintf(note + used, len - used, "; %" PRIu64 " %s page%s went "
+			 "missing while read", n, what, n == 1 ? "" : "s");
+}
+
 #define FETCH 256	/* pages per fetch: 1 MiB */
 
 struct fetcher {
@@ -304,26 +173,32 @@ static void fetcher_close(struct fetcher *f)
 	free(f->buf);
 }
 
-static void sample_result(const struct kvmstats_pages *pg, uint64_t tested,
-			  uint64_t zeros, uint64_t failed,
+/* @missing of the @n sampled pages went missing: as many of the
+ * candidates, in proportion, are unknown; the zero share of the pages
+ * tested stands for the rest. */
+static void sample_result(const struct kvmstats_pages *pg, uint64_t n,
+			  uint64_t tested, uint64_t zeros, uint64_t missing,
 			  struct kvmstats_estimate *e)
 {
 	const struct kvmstats_pagemap_counts *c = &pg->c;
-	uint64_t known = c->none + c->pfn_zero, N = c->candidates;
+	uint64_t known = c->none + c->pfn_zero, N = c->candidates, M, rest;
 	double lo, hi, p = tested ? (double)zeros / (double)tested : 0;
 	double fpc = N > 1 ? sqrt((double)(N - tested) / (double)(N - 1)) : 0;
 
+	M = n ? (uint64_t)llround((double)missing * (double)N / (double)n) : 0;
+	rest = N - M;
 	ks_wilson(zeros, tested, &lo, &hi);
 	/* A sample that is a large share of the population knows more than
 	 * Wilson says: shrink the interval by the finite population factor. */
 	lo = p - (p - lo) * fpc;
 	hi = p + (hi - p) * fpc;
 	e->pages = c->pages;
-	e->zero_pages = known + (uint64_t)llround(p * (double)N);
-	e->unknown_pages = c->swapped + (tested == N ? failed : 0);
+	e->zero_pages = known + (uint64_t)llround(p * (double)rest);
+	e->missing_pages = M;
+	e->unknown_pages = c->swapped + M;
 	e->nonzero_pages = c->pages - e->zero_pages - e->unknown_pages;
-	e->zero_lo = (double)known + lo * (double)N;
-	e->zero_hi = (double)known + hi * (double)N;
+	e->zero_lo = (double)known + lo * (double)rest;
+	e->zero_hi = (double)known + hi * (double)rest;
 	e->coverage = c->pages ? (double)(known + tested) / (double)c->pages : 1;
 	e->tested = tested;
 }
@@ -334,7 +209,7 @@ int kvmstats_pages__sample(const struct kvmstats_pages *pg,
 {
 	struct kvmstats_sample_opts o;
 	uint64_t t0 = ks_now_ns(), seed, n, *idx = NULL;
-	uint64_t tested = 0, zeros = 0, failed = 0;
+	uint64_t tested = 0, zeros = 0, missing = 0;
 	double cpu0 = ks_thread_cpu();
 	kvmstats_zero_fn zero;
 	struct fetcher *f = NULL;
@@ -374,7 +249,7 @@ int kvmstats_pages__sample(const struct kvmstats_pages *pg,
 		e->bytes_read += (uint64_t)got * KS_PAGE;
 		for (size_t k = 0; k < m; k++) {
 			if (!f->ptr[k]) {
-				failed++;
+				missing += ks_view_missing(&f->v, &f->refs[k], f->ptr[k]);
 				continue;
 			}
 			tested++;
@@ -388,13 +263,15 @@ int kvmstats_pages__sample(const struct kvmstats_pages *pg,
 		snprintf(e->note, sizeof(e->note), "the VM exited during the sample");
 	if (err)
 		return err;
-	sample_result(pg, tested, zeros, failed, e);
+	sample_result(pg, n, tested, zeros, missing, e);
 	e->valid = true;
 	e->elapsed_s = pg->elapsed + ks_secs(ks_now_ns() - t0);
 	e->cpu_s = pg->elapsed + ks_thread_cpu() - cpu0;
 	snprintf(e->note, sizeof(e->note), "%s + %" PRIu64 " of %" PRIu64
 		 " present pages tested%s", pg->mode, tested, pg->c.candidates,
 		 tested == pg->c.candidates ? " (all: exact)" : "");
+	if (missing)
+		ks_note_missing(e->note, sizeof(e->note), missing, "sampled");
 	return 0;
 }
 
@@ -412,7 +289,7 @@ struct scan {
 	atomic_uint_fast64_t done_pages;
 	atomic_int stop;	/* 0, or -errno that ended the scan */
 	pthread_mutex_t lock;	/* guards the totals below */
-	uint64_t zeros, nonzero, failed, bytes;
+	uint64_t zeros, nonzero, failed, missing, bytes;
 	double cpu;
 };
 
@@ -421,10 +298,10 @@ struct worker {
 	pthread_t tid;
 	unsigned char *buf;
 	unsigned char *vec;	/* mincore */
-	uint64_t *addr;
+	bool *ok;		/* per buffer page: read */
 	uint64_t *run_page;	/* region page of each buffer page */
 	struct iovec *iov;
-	uint64_t zeros, nonzero, failed, bytes;
+	uint64_t zeros, nonzero, failed, missing, bytes;
 	uint64_t t0;
 	double cpu0;
 	bool joined;
@@ -478,30 +355,46 @@ static void test_pages(struct worker *w, const unsigned char *p, size_t n)
 	}
 }
 
-/* Shared memory: test in place, each run checked resident first. */
-static void scan_in_place(struct worker *w, size_t region, uint64_t page,
-			  uint64_t end)
+/* Shared memory: each run read from the file (in memory before, or
+ * missing), then tested. Only a page read as zeros can be a hole the VMM
+ * punched or truncated meanwhile: those are checked in memory again
+ * after the read (or missing), the others were read whole. */
+static void scan_file(struct worker *w, size_t region, uint64_t page,
+		      uint64_t end)
 {
 	struct scan *s = w->s;
-	const unsigned char *base = s->v.map[region];
 
 	while (page < end && !atomic_load(&s->stop)) {
 		uint64_t at = page, n = ks_pages_next_run(s->pg, region, &at,
-							  s->batch_pages);
+							  FILE_RUN < s->batch_pages ?
+							  FILE_RUN : s->batch_pages);
+		size_t got, zeros = 0;
 
 		if (!n || at >= end)
 			break;
 		if (at + n > end)
 			n = end - at;
-		if (mincore((void *)(base + at * KS_PAGE), n * KS_PAGE, w->vec))
-			memset(w->vec, 0, n);
-		for (uint64_t i = 0; i < n; i++) {
-			if (w->vec[i] & 1)
-				test_pages(w, base + (at + i) * KS_PAGE, 1);
-			else
-				w->failed++;
+		got = ks_view_read(&s->v, region, at, (size_t)n, w->buf, w->vec,
+				   w->ok, false);
+		for (size_t i = 0; i < n; i++) {
+			if (!w->ok[i]) {
+				w->missing++;
+			} else if (!s->zero(w->buf + i * KS_PAGE, KS_PAGE)) {
+				w->nonzero++;
+				w->ok[i] = false;	/* done with */
+			} else {
+				zeros++;	/* ok[i] stays: to check again */
+			}
 		}
-		w->bytes += n * KS_PAGE;
+		if (zeros) {
+			ks_view_recheck(&s->v, region, at, (size_t)n, w->vec, w->ok);
+			for (size_t i = 0; i < n; i++) {
+				w->zeros += w->ok[i];
+				zeros -= w->ok[i];
+			}
+			w->missing += zeros;	/* zero, then gone: a hole */
+		}
+		w->bytes += got * KS_PAGE;
 		atomic_fetch_add(&s->done_pages, n);
 		page = at + n;
 		throttle(w);
@@ -559,8 +452,8 @@ static void scan_copy(struct worker *w, size_t region, uint64_t page, uint64_t e
 		w->bytes += (uint64_t)got * KS_PAGE;
 		atomic_fetch_add(&s->done_pages, (uint64_t)got + ((size_t)got < nb));
 		if ((size_t)got < nb) {
-			/* That page vanished: count it unknown, go on after it. */
-			w->failed++;
+			/* That page vanished: count it missing, go on after it. */
+			w->missing++;
 			page = w->run_page[got] + 1;
 		}
 		throttle(w);
@@ -598,8 +491,8 @@ static void *worker_main(void *arg)
 		chunk_at(s, c, &region, &p0, &p1);
 		if (s->v.blind[region])
 			skip_chunk(w, region, p0, p1);
-		else if (s->v.map[region])
-			scan_in_place(w, region, p0, p1);
+		else if (s->v.fd[region] >= 0)
+			scan_file(w, region, p0, p1);
 		else
 			scan_copy(w, region, p0, p1);
 	}
@@ -607,6 +500,7 @@ static void *worker_main(void *arg)
 	s->zeros += w->zeros;
 	s->nonzero += w->nonzero;
 	s->failed += w->failed;
+	s->missing += w->missing;
 	s->bytes += w->bytes;
 	s->cpu += ks_thread_cpu() - w->cpu0;
 	pthread_mutex_unlock(&s->lock);
@@ -619,15 +513,17 @@ static int worker_init(struct worker *w, struct scan *s)
 	w->s = s;
 	w->buf = aligned_alloc(KS_PAGE, (size_t)s->batch_pages * KS_PAGE);
 	w->vec = malloc(s->batch_pages);
+	w->ok = malloc(s->batch_pages * sizeof(*w->ok));
 	w->run_page = malloc(s->batch_pages * sizeof(*w->run_page));
 	w->iov = malloc(MAX_IOV * sizeof(*w->iov));
-	return w->buf && w->vec && w->run_page && w->iov ? 0 : -ENOMEM;
+	return w->buf && w->vec && w->ok && w->run_page && w->iov ? 0 : -ENOMEM;
 }
 
 static void worker_free(struct worker *w)
 {
 	free(w->buf);
 	free(w->vec);
+	free(w->ok);
 	free(w->run_page);
 	free(w->iov);
 }
@@ -721,6 +617,7 @@ static void scan_result(const struct scan *s, struct kvmstats_estimate *e,
 	e->coverage = c->pages ? (double)(c->pages - e->unknown_pages) / (double)c->pages : 1;
 	e->tested = tested;
 	e->bytes_read = s->bytes;
+	e->missing_pages = s->missing;
 	e->valid = !err;
 	if (err == -ESRCH)
 		snprintf(e->note, sizeof(e->note), "the VM exited during the "
@@ -732,6 +629,8 @@ static void scan_result(const struct scan *s, struct kvmstats_estimate *e,
 	else
 		snprintf(e->note, sizeof(e->note), "%s + every present page tested "
 			 "(%s)", s->pg->mode, kvmstats_zero__name(KVMSTATS_ZERO_BEST));
+	if (s->missing)
+		ks_note_missing(e->note, sizeof(e->note), s->missing, "present");
 }
 
 int kvmstats_pages__scan(const struct kvmstats_pages *pg,

@@ -578,7 +578,20 @@ static int classify(struct kvmstats_plan *p)
 	return 0;
 }
 
-int kvmstats_plan__estimate(struct kvmstats_plan *p)
+/* The most pages any pass found missing (the VMM took them away while
+ * we read), the dirty-rate passes included. */
+static void note_missing(struct kvmstats_plan *p)
+{
+	struct kvmstats_plan_vm *r = &p->res;
+
+	for (int m = 0; m < KVMSTATS_METHOD_NR; m++)
+		if ((r->done & (1u << m)) && r->est[m].missing_pages > r->missing_pages)
+			r->missing_pages = r->est[m].missing_pages;
+	if (r->dirty_measured && r->dirty.missing_pages > r->missing_pages)
+		r->missing_pages = r->dirty.missing_pages;
+}
+
+static int estimate(struct kvmstats_plan *p)
 {
 	struct kvmstats_estimate *est = p->res.est;
 	int err = 0;
@@ -614,6 +627,14 @@ int kvmstats_plan__estimate(struct kvmstats_plan *p)
 	return 0;
 }
 
+int kvmstats_plan__estimate(struct kvmstats_plan *p)
+{
+	int err = estimate(p);
+
+	note_missing(p);
+	return err;
+}
+
 int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 {
 	int err;
@@ -643,6 +664,7 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 		return fail(p, err, "dirty rate: %s", err == -ESRCH ?
 			    "the VM exited" : strerror(-err));
 	p->res.dirty_measured = !kvmstats_dirty__result(p->dirty, &p->res.dirty);
+	note_missing(p);
 	return 0;
 }
 

@@ -6,7 +6,7 @@
 #  - plan --method scan --interval 0: nonzero_pages within 0.5% of the
 #    `normal` pages QEMU then migrates (to exec:cat > /dev/null), and
 #    predicted_transfer_bytes within 5% of QEMU's `transferred`; for
-#    anonymous RAM and for a memfd backend (read in place);
+#    anonymous RAM and for a memfd backend (read from its file);
 #  - reading never faults a page in (the RAM mappings' Rss before/after)
 #    and never changes guest memory (pmemsave before/after);
 #  - a guest rewriting a region: plan --method sample --interval 1 agrees

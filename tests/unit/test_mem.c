@@ -422,6 +422,73 @@ static void test_shmem(void **state)
 	close(fd);
 }
 
+/* A VMM that truncates its memfd under us: pages 0-99 written through
+ * the mapping, 100-109 through the file (cached), then the file cut to
+ * 50 pages. Reading must not fault (a load past the file's end is
+ * SIGBUS) and the 60 pages gone are missing: unknown, never zero. */
+static void test_shmem_truncated(void **state)
+{
+	const unsigned int n = 1024, keep = 50;
+	unsigned char page[PG];
+	struct kvmstats_dirty_result r;
+	struct kvmstats_estimate e;
+	struct kvmstats_dirty *d;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	unsigned char *m;
+	int fd = memfd_create("kvmstats-test", MFD_CLOEXEC);
+
+	(void)state;
+	if (geteuid())
+		skip();	/* map_files needs CAP_SYS_ADMIN */
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)n * PG), 0);
+	m = mmap(NULL, (size_t)n * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	for (unsigned int i = 0; i < 100; i++)
+		m[(size_t)i * PG + 3] = 9;
+	memset(page, 0x5a, sizeof(page));
+	for (unsigned int i = 100; i < 110; i++)
+		assert_int_equal(pwrite(fd, page, PG, (off_t)i * PG), PG);
+	ram = own_ram(m, (size_t)n * PG);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	assert_int_equal(kvmstats_pages__counts(pg)->candidates, 110);
+	d = kvmstats_dirty__new(pg, &(struct kvmstats_dirty_opts){
+		.sz = sizeof(struct kvmstats_dirty_opts), .seed = 5 });
+	assert_non_null(d);
+
+	assert_int_equal(ftruncate(fd, (off_t)keep * PG), 0);
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_int_equal(e.missing_pages, 110 - keep);
+	assert_int_equal(e.nonzero_pages, keep);
+	assert_int_equal(e.unknown_pages, 110 - keep);
+	assert_int_equal(e.zero_pages, n - 110);
+	assert_non_null(strstr(e.note, "60 present pages went missing"));
+	assert_int_equal(kvmstats_pages__sample(pg, NULL, &e), 0);	/* all 110 */
+	assert_int_equal(e.missing_pages, 110 - keep);
+	assert_int_equal(e.nonzero_pages, keep);
+	assert_int_equal(e.unknown_pages, 110 - keep);
+	assert_int_equal(kvmstats_dirty__point(d), 0);
+	assert_int_equal(kvmstats_dirty__result(d, &r), 0);
+	assert_int_equal(r.sampled, 110);
+	assert_int_equal(r.gone, 110 - keep);
+	assert_int_equal(r.missing_pages, 110 - keep);
+	assert_int_equal(r.points[0].changed, 0);
+
+	/* All of it gone: nothing read, nothing zero that was a candidate. */
+	assert_int_equal(ftruncate(fd, 0), 0);
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_int_equal(e.missing_pages, 110);
+	assert_int_equal(e.nonzero_pages, 0);
+	assert_int_equal(e.bytes_read, 0);
+	kvmstats_dirty__free(d);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, (size_t)n * PG);
+	close(fd);
+}
+
 /* ---- dirty sampler ---- */
 
 static void test_dirty(void **state)
@@ -761,6 +828,7 @@ int main(void)
 		cmocka_unit_test(test_sample_interval),
 		cmocka_unit_test(test_thp),
 		cmocka_unit_test(test_shmem),
+		cmocka_unit_test(test_shmem_truncated),
 		cmocka_unit_test(test_dirty),
 		cmocka_unit_test(test_qmp_blocks),
 		cmocka_unit_test(test_qmp_hung),

@@ -128,7 +128,11 @@ static void usage(FILE *f)
 	      "  --save DIR         when ready, save every held stats fd to DIR/vmI[-vcpuJ].bin\n"
 	      "  --timeout S        exit after S seconds (default 600)\n"
 	      "  --verbose          say what is happening on stderr\n"
-	      "  --name NAME        a name for tools to show (like QEMU's -name)\n",
+	      "  --name NAME        a name for tools to show (like QEMU's -name)\n"
+	      "  --memfd            guest RAM in a memfd (MAP_SHARED), as QEMU's memory-backend-memfd\n"
+	      "  --churn-ms N       with --memfd, once ready: every N ms truncate the memfd to 0,\n"
+	      "                     N/2 ms later give it back its size and its data pages\n"
+	      "                     (without it, with --memfd: each SIGUSR1 does one of the two)\n",
 	      f);
 }
 
@@ -151,7 +155,7 @@ enum {
 	OPT_VMS = 256, OPT_VCPUS, OPT_EXITS, OPT_PAGES, OPT_HALTS, OPT_HALT_US,
 	OPT_MODE, OPT_WORKLOAD, OPT_PASS_HZ, OPT_IRQCHIP, OPT_HOLD_STATS,
 	OPT_NO_RUN, OPT_READY, OPT_SAVE, OPT_TIMEOUT, OPT_VERBOSE, OPT_HELP,
-	OPT_NAME,
+	OPT_NAME, OPT_MEMFD, OPT_CHURN_MS,
 };
 
 static const struct option long_opts[] = {
@@ -172,6 +176,8 @@ static const struct option long_opts[] = {
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "verbose", no_argument, NULL, OPT_VERBOSE },
 	{ "name", required_argument, NULL, OPT_NAME },
+	{ "memfd", no_argument, NULL, OPT_MEMFD },
+	{ "churn-ms", required_argument, NULL, OPT_CHURN_MS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -257,6 +263,11 @@ static int parse_one(struct opts *o, int c, const char *arg)
 	case OPT_NAME:
 		/* Only shown: tools read it from our command line, as QEMU's. */
 		return 0;
+	case OPT_MEMFD:
+		o->memfd = true;
+		return 0;
+	case OPT_CHURN_MS:
+		return parse_uint("churn-ms", arg, 2, 60000, &o->churn_ms);
 	}
 	return tv_fail("bad option (try --help)");
 }
@@ -270,6 +281,9 @@ static int check_opts(struct opts *o)
 		return tv_fail("--irqchip needs --mode prot (the guest's timer handler is 32-bit code)");
 	if (o->save && !o->hold_stats)
 		return tv_fail("--save needs --hold-stats");
+	if (o->churn_ms && (!o->memfd || o->workload != WL_HALT))
+		return tv_fail("--churn-ms needs --memfd and the halt workload "
+			       "(no vCPU may run on memory taken away)");
 	if (o->workload == WL_DEMO && !o->pages_set)
 		o->pages = o->mode == MODE_REAL ? 16 : 256;
 	if (GUEST_BASE_SIZE + (uint64_t)o->vcpus * o->pages * PAGE_SIZE > top)
@@ -486,9 +500,10 @@ static struct timespec remaining(uint64_t deadline)
 	return ts;
 }
 
-enum wait_result { WAIT_EVENT, WAIT_STOP, WAIT_TIMEOUT };
+enum wait_result { WAIT_EVENT, WAIT_STOP, WAIT_TIMEOUT, WAIT_TOGGLE };
 
-/* Wait for SIGUSR2 (a vCPU event), SIGTERM/SIGINT, or the deadline. */
+/* Wait for SIGUSR2 (a vCPU event), SIGUSR1 (--memfd: take the RAM away
+ * or give it back), SIGTERM/SIGINT, or the deadline. */
 static enum wait_result wait_signal(const sigset_t *set, uint64_t deadline)
 {
 	for (;;) {
@@ -497,6 +512,8 @@ static enum wait_result wait_signal(const sigset_t *set, uint64_t deadline)
 
 		if (sig == SIGUSR2)
 			return WAIT_EVENT;
+		if (sig == SIGUSR1)
+			return WAIT_TOGGLE;
 		if (sig == SIGTERM || sig == SIGINT)
 			return WAIT_STOP;
 		if (sig < 0 && errno == EAGAIN)
@@ -511,6 +528,7 @@ static int wait_ready(struct tinyvmm *t, const sigset_t *set,
 	while (atomic_load(&t->pending) && !atomic_load(&t->failed)) {
 		switch (wait_signal(set, deadline)) {
 		case WAIT_EVENT:
+		case WAIT_TOGGLE:	/* not ready: nothing to take away yet */
 			break;
 		case WAIT_STOP:
 			return 1;
@@ -521,6 +539,9 @@ static int wait_ready(struct tinyvmm *t, const sigset_t *set,
 	}
 	return atomic_load(&t->failed) ? -1 : 0;
 }
+
+static int churn_or_wait(struct tinyvmm *t, const sigset_t *set,
+			 uint64_t deadline);
 
 static int run(struct tinyvmm *t, const sigset_t *set)
 {
@@ -544,18 +565,62 @@ static int run(struct tinyvmm *t, const sigset_t *set)
 	if (t->o.ready && write_ready(t) < 0)
 		return -1;
 	tv_log("ready, pid %d", getpid());
+	return churn_or_wait(t, set, deadline);
+}
 
+/* --churn-ms: take every VM's RAM away (truncated) and give it back,
+ * half a period each. */
+static int churn_step(struct tinyvmm *t, bool away)
+{
+	unsigned int i;
+
+	for (i = 0; i < t->nr_vms; i++)
+		if (vm_churn(&t->vms[i], away) < 0)
+			return -1;
+	return 0;
+}
+
+/* After ready: until SIGTERM/SIGINT or the deadline, churning the RAM
+ * when asked to (--churn-ms), or taking it away and giving it back at
+ * each SIGUSR1 (--memfd). */
+static int churn_or_wait(struct tinyvmm *t, const sigset_t *set,
+			 uint64_t deadline)
+{
+	uint64_t half = (uint64_t)t->o.churn_ms * 500000ull, next = deadline;
+	bool away = false;
+	unsigned int i;
+
+	for (i = 0; t->o.memfd && i < t->nr_vms; i++)
+		if (vm_churn_save(&t->vms[i]) < 0)
+			return -1;
+	if (t->o.churn_ms)
+		next = now_ns();
 	for (;;) {
-		switch (wait_signal(set, deadline)) {
+		switch (wait_signal(set, next < deadline ? next : deadline)) {
 		case WAIT_EVENT:
 			if (atomic_load(&t->failed))
 				return -1;
 			break;
+		case WAIT_TOGGLE:
+			if (!t->o.memfd)
+				break;
+			away = !away;
+			if (churn_step(t, away) < 0)
+				return -1;
+			tv_log("RAM %s", away ? "taken away" : "given back");
+			break;
 		case WAIT_STOP:
 			return 0;
 		case WAIT_TIMEOUT:
-			tv_log("timeout after %u s", t->o.timeout);
-			return 0;
+			if (now_ns() >= deadline) {
+				tv_log("timeout after %u s", t->o.timeout);
+				return 0;
+			}
+			away = !away;
+			if (churn_step(t, away) < 0)
+				return -1;
+			next += half;
+			break;
 		}
 	}
 }
@@ -594,6 +659,7 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGUSR2);
+	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	r = run(t, &set);

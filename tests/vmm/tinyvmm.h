@@ -104,6 +104,8 @@ struct vm {
 	int stats_fd;
 	uint8_t *mem;
 	size_t mem_size;
+	int memfd;		/* --memfd: the file behind mem, else -1 */
+	uint8_t *saved;		/* --churn-ms: mem as it was at ready */
 	struct vcpu *vcpus;
 };
 
@@ -122,6 +124,8 @@ struct opts {
 	bool no_run;
 	bool irqchip;
 	bool verbose;
+	bool memfd;
+	uint32_t churn_ms;
 	const char *ready;
 	const char *save;
 	unsigned int timeout;
@@ -158,6 +162,8 @@ int kvm_open(struct tinyvmm *t);
 int vm_create(struct tinyvmm *t, struct vm *vm);
 void vm_destroy(struct tinyvmm *t, struct vm *vm);
 size_t vm_mem_size(const struct opts *o);
+int vm_churn_save(struct vm *vm);
+int vm_churn(struct vm *vm, bool away);
 
 /* guest.c */
 void guest_load(const struct opts *o, struct vm *vm);

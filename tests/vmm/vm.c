@@ -5,8 +5,9 @@
  * File descriptors are opened in a fixed order, VM fd, VM stats fd, then
  * for each vCPU its fd and its stats fd, so that a reader of /proc/PID/fd
  * sees them grouped per VM exactly as QEMU 8.1+ leaves them.  Nothing here
- * opens any other fd (guest memory is anonymous, not a memfd) to keep that
- * grouping intact.
+ * opens any other fd (guest memory is anonymous) to keep that grouping
+ * intact; with --memfd the RAM's memfd comes just before its VM's fd, as
+ * QEMU opens its memory backends before its accelerator.
  */
 #define _GNU_SOURCE	/* POSIX and Linux interfaces, even with -std=c11 */
 #include <errno.h>
@@ -94,9 +95,15 @@ static int vm_memory(struct tinyvmm *t, struct vm *vm)
 	void *mem;
 
 	vm->mem_size = vm_mem_size(&t->o);
+	if (vm->memfd >= 0 && ftruncate(vm->memfd, (off_t)vm->mem_size) < 0)
+		return tv_fail("ftruncate memfd (vm %u): %m", vm->index);
 	/* NORESERVE: a thousand idle VMs should cost only the pages they touch. */
-	mem = mmap(NULL, vm->mem_size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (vm->memfd >= 0)
+		mem = mmap(NULL, vm->mem_size, PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_NORESERVE, vm->memfd, 0);
+	else
+		mem = mmap(NULL, vm->mem_size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (mem == MAP_FAILED)
 		return tv_fail("mmap %zu bytes of guest memory (vm %u): %m",
 			       vm->mem_size, vm->index);
@@ -125,6 +132,7 @@ int vm_create(struct tinyvmm *t, struct vm *vm)
 
 	vm->fd = -1;
 	vm->stats_fd = -1;
+	vm->memfd = -1;
 	vm->vcpus = calloc(t->o.vcpus, sizeof(*vm->vcpus));
 	if (!vm->vcpus)
 		return tv_fail("out of memory");
@@ -133,6 +141,12 @@ int vm_create(struct tinyvmm *t, struct vm *vm)
 		vm->vcpus[i].index = i;
 		vm->vcpus[i].fd = -1;
 		vm->vcpus[i].stats_fd = -1;
+	}
+
+	if (t->o.memfd) {
+		vm->memfd = memfd_create("tinyvmm-ram", MFD_CLOEXEC);
+		if (vm->memfd < 0)
+			return tv_fail("memfd_create (vm %u): %m", vm->index);
 	}
 
 	vm->fd = ioctl(t->kvm_fd, KVM_CREATE_VM, 0);
@@ -186,4 +200,47 @@ void vm_destroy(struct tinyvmm *t, struct vm *vm)
 	if (vm->mem)
 		munmap(vm->mem, vm->mem_size);
 	vm->mem = NULL;
+	close_fd(&vm->memfd);
+	free(vm->saved);
+	vm->saved = NULL;
+}
+
+/* --churn-ms: keep the RAM as it is now, to give it back each time. */
+int vm_churn_save(struct vm *vm)
+{
+	vm->saved = malloc(vm->mem_size);
+	if (!vm->saved)
+		return tv_fail("out of memory");
+	memcpy(vm->saved, vm->mem, vm->mem_size);
+	return 0;
+}
+
+static bool page_is_zero(const uint8_t *p)
+{
+	for (size_t i = 0; i < PAGE_SIZE; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/*
+ * Take the RAM away as a VMM that shrinks its memfd does: every page
+ * goes, and a reader that loads from a mapping of the file past its end
+ * gets SIGBUS. Giving it back writes the data pages again (zero pages
+ * stay holes), so that a reader finds the same data each time it is
+ * there.
+ */
+int vm_churn(struct vm *vm, bool away)
+{
+	if (away) {
+		if (ftruncate(vm->memfd, 0) < 0)
+			return tv_fail("ftruncate memfd to 0 (vm %u): %m", vm->index);
+		return 0;
+	}
+	if (ftruncate(vm->memfd, (off_t)vm->mem_size) < 0)
+		return tv_fail("ftruncate memfd back (vm %u): %m", vm->index);
+	for (size_t off = 0; off < vm->mem_size; off += PAGE_SIZE)
+		if (!page_is_zero(vm->saved + off))
+			memcpy(vm->mem + off, vm->saved + off, PAGE_SIZE);
+	return 0;
 }
