@@ -61,6 +61,7 @@ struct top_model {
 	uint64_t t_cur, t_prev; /* times of the last two frames */
 	uint64_t frames;
 	uint64_t wall_ns; /* CLOCK_REALTIME of a recorded frame; 0: live */
+	uint32_t cols; /* the VM list's columns these VMs have (bit per column) */
 };
 
 /* ---- model (top_model.c) ------------------------------------------ */
@@ -141,10 +142,19 @@ struct top_col {
 	enum top_col_kind kind;
 	const char *stat; /* COL_RATE: the vCPU stat summed */
 	int prio; /* dropped first when the screen is narrow */
+	bool x86; /* shown while there is no VM to choose by */
 };
 
 extern const struct top_col top_cols[];
 extern const size_t top_ncols;
+/* Does the VM list show column @c? Its stat is one some VM has: x86's
+ * and arm64's exits differ, and a column no VM has would be all "-". */
+static inline bool col_on(const struct top_model *m, size_t c)
+{
+	return m->cols & (1u << c);
+}
+/* The next shown column from @c, @step +1 or -1 (for the sort keys). */
+size_t col_next(const struct top_model *m, size_t c, int step);
 void col_cell(const struct top_col *c, const struct top_vm *vm, char *buf,
 	      size_t len);
 /* Sort the model's VMs by a column, descending unless @asc. */

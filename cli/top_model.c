@@ -17,10 +17,13 @@
 #include "sanitize.h"
 #include "top.h"
 
+static uint32_t model_cols(const struct top_model *m);
+
 void model_init(struct top_model *m, bool include_past)
 {
 	memset(m, 0, sizeof(*m));
 	m->include_past = include_past;
+	m->cols = model_cols(m);
 }
 
 static void series_free(struct top_series *s)
@@ -369,6 +372,7 @@ void model_end(struct top_model *m, uint64_t time_ns)
 				vm->multi = true;
 		vm_sum(vm);
 	}
+	m->cols = model_cols(m);
 	m->t_prev = m->frames ? m->t_cur : time_ns;
 	m->t_cur = time_ns;
 	m->frames++;
@@ -594,23 +598,66 @@ bool stat_shown(const struct top_opts *o, const regex_t *filter,
 
 /* ---- the VM list's columns ------------------------------------------ */
 
-/* The counters kvm_stat users look at first; the ones this host's KVM
- * does not maintain simply read 0. */
+/* The counters kvm_stat users look at first, x86's then arm64's: the
+ * list shows those the VMs on screen have (col_on()); the ones this
+ * host's KVM does not maintain simply read 0. */
 const struct top_col top_cols[] = {
 	{"PID", 7, COL_PID, NULL, 0},
 	{"VM", 16, COL_NAME, NULL, 0},
 	{"SOURCE", 7, COL_SOURCE, NULL, 3},
 	{"VCPUS", 5, COL_VCPUS, NULL, 2},
-	{"EXITS/s", 9, COL_RATE, "exits", 0},
-	{"HALT/s", 8, COL_RATE, "halt_exits", 1},
-	{"EMUL/s", 8, COL_RATE, "insn_emulation", 4},
-	{"IO/s", 8, COL_RATE, "io_exits", 5},
-	{"MMIO/s", 8, COL_RATE, "mmio_exits", 7},
-	{"IRQ/s", 8, COL_RATE, "irq_exits", 6},
-	{"PF/s", 8, COL_RATE, "pf_taken", 8},
-	{"WAKE/s", 8, COL_RATE, "halt_wakeup", 9},
+	{"EXITS/s", 9, COL_RATE, "exits", 0, true},
+	{"HALT/s", 8, COL_RATE, "halt_exits", 1, true},
+	{"EMUL/s", 8, COL_RATE, "insn_emulation", 4, true},
+	{"IO/s", 8, COL_RATE, "io_exits", 5, true},
+	{"MMIO/s", 8, COL_RATE, "mmio_exits", 7, true},
+	{"IRQ/s", 8, COL_RATE, "irq_exits", 6, true},
+	{"PF/s", 8, COL_RATE, "pf_taken", 8, true},
+	{"HVC/s", 8, COL_RATE, "hvc_exit_stat", 1},
+	{"WFI/s", 8, COL_RATE, "wfi_exit_stat", 4},
+	{"WFE/s", 8, COL_RATE, "wfe_exit_stat", 6},
+	{"MMIOU/s", 8, COL_RATE, "mmio_exit_user", 5},
+	{"MMIOK/s", 8, COL_RATE, "mmio_exit_kernel", 7},
+	{"WAKE/s", 8, COL_RATE, "halt_wakeup", 9, true},
 };
 const size_t top_ncols = sizeof(top_cols) / sizeof(top_cols[0]);
+
+static bool vm_has(const struct top_vm *vm, const char *stat)
+{
+	return (vm->sum.schema && kvmstats_schema__find(vm->sum.schema, stat)) ||
+	       (vm->stats.schema && kvmstats_schema__find(vm->stats.schema, stat));
+}
+
+/* The columns of the VMs in the model: those that are not rates, and
+ * each rate some VM has. With no VM yet, x86's (what most hosts run). */
+static uint32_t model_cols(const struct top_model *m)
+{
+	uint32_t cols = 0;
+
+	_Static_assert(sizeof(top_cols) / sizeof(top_cols[0]) <= 32,
+		       "a bit per column");
+	for (size_t c = 0; c < top_ncols; c++) {
+		bool on = top_cols[c].kind != COL_RATE;
+
+		for (size_t i = 0; !on && i < m->nvms; i++)
+			on = vm_has(m->vms[i], top_cols[c].stat);
+		if (!m->nvms && top_cols[c].kind == COL_RATE)
+			on = top_cols[c].x86;
+		if (on)
+			cols |= 1u << c;
+	}
+	return cols;
+}
+
+size_t col_next(const struct top_model *m, size_t c, int step)
+{
+	for (size_t i = 0; i < top_ncols; i++) {
+		c = (c + top_ncols + (size_t)step) % top_ncols;
+		if (col_on(m, c))
+			return c;
+	}
+	return 0;
+}
 
 const char *vm_label(const struct top_vm *vm, char *buf, size_t len)
 {

@@ -35,6 +35,8 @@ static void print_list(const struct top_model *m)
 	int w[top_ncols];
 
 	for (size_t c = 0; c < top_ncols; c++) {
+		if (!col_on(m, c))
+			continue;
 		w[c] = col_width(m, c);
 		printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
 		       w[c], top_cols[c].title);
@@ -42,6 +44,8 @@ static void print_list(const struct top_model *m)
 	putchar('\n');
 	for (size_t i = 0; i < m->nvms; i++) {
 		for (size_t c = 0; c < top_ncols; c++) {
+			if (!col_on(m, c))
+				continue;
 			col_cell(&top_cols[c], m->vms[i], cell, sizeof(cell));
 			printf(top_cols[c].kind == COL_NAME ? "%-*s " : "%*s ",
 			       w[c], cell);

@@ -15,13 +15,14 @@
 
 /* Columns that fit: the least important go first; the name takes what
  * is left, up to 32 cells. */
-static int fit_cols(bool *use, int *name_w)
+static int fit_cols(const struct top_model *m, bool *use, int *name_w)
 {
 	int width = 0, worst;
 
 	for (size_t c = 0; c < top_ncols; c++) {
-		use[c] = true;
-		width += top_cols[c].width + 1;
+		use[c] = col_on(m, c);
+		if (use[c])
+			width += top_cols[c].width + 1;
 	}
 	while (width > COLS) {
 		worst = -1;
@@ -80,6 +81,9 @@ static void list_draw(struct top_ui *ui, int y, int rows)
 
 	if (!vis)
 		return;
+	/* A column the VMs no longer have sorts no more. */
+	if (!col_on(ui->m, ui->sort_col))
+		ui->sort_col = col_next(ui->m, ui->sort_col, 1);
 	model_sort(ui->m, ui->sort_col, ui->sort_asc);
 	n = ui_visible_vms(ui, vis);
 	/* Follow the selected VM wherever the sort moved it. */
@@ -92,7 +96,7 @@ static void list_draw(struct top_ui *ui, int y, int rows)
 		ui->sel_uid = vis[ui->sel]->uid;
 		ui->sel_vm = vis[ui->sel]->vm;
 	}
-	fit_cols(use, &name_w);
+	fit_cols(ui->m, use, &name_w);
 	ui_put(y, 0, A_BOLD, "VMs sorted by %s (%s)%s%s",
 	    top_cols[ui->sort_col].title,
 	    ui->sort_asc ? "ascending" : "descending",
@@ -193,10 +197,10 @@ static int list_key(struct top_ui *ui, int ch)
 		return UI_REDRAW;
 	case 's':
 	case '>':
-		ui->sort_col = (ui->sort_col + 1) % top_ncols;
+		ui->sort_col = col_next(ui->m, ui->sort_col, 1);
 		return UI_REDRAW;
 	case '<':
-		ui->sort_col = (ui->sort_col + top_ncols - 1) % top_ncols;
+		ui->sort_col = col_next(ui->m, ui->sort_col, -1);
 		return UI_REDRAW;
 	case 'S':
 	case 'o':
@@ -205,8 +209,12 @@ static int list_key(struct top_ui *ui, int ch)
 	}
 	/* 1..9 and 0: sort by that column. */
 	if (ch >= '0' && ch <= '9') {
-		size_t c = ch == '0' ? 9 : (size_t)(ch - '1');
+		size_t want = ch == '0' ? 9 : (size_t)(ch - '1'), c, n = 0;
 
+		/* (the Nth column on screen) */
+		for (c = 0; c < top_ncols; c++)
+			if (col_on(ui->m, c) && n++ == want)
+				break;
 		if (c < top_ncols) {
 			if (ui->sort_col == c)
 				ui->sort_asc = !ui->sort_asc;

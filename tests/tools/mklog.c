@@ -17,6 +17,11 @@
  *                   hold terminal escapes, BEL, C1 CSI and bytes that are
  *                   not UTF-8 (HOSTILE_* below)
  *   names.bin       a stats image with that id and stat name
+ *   arm64.log       an arm64 VM of 2 vCPUs, 10 samples 1 s apart, with
+ *                   arm64's exit counters (names as its kernel has them);
+ *                   per vCPU and second: exits +1000, hvc_exit_stat +100,
+ *                   wfi_exit_stat +50, wfe_exit_stat +20, mmio_exit_user
+ *                   +10, mmio_exit_kernel +5, halt_wakeup +40
  *
  * With --small the two 1 MiB files are 16 KiB (fuzzer seeds).
  */
@@ -262,6 +267,69 @@ static int write_names(void)
 	return err;
 }
 
+/* An arm64 VM: the stats its vCPUs have (none of x86's exit counters). */
+static int write_arm64(void)
+{
+	static const struct kvmstats_encode_desc d[] = {
+		{ "halt_wakeup", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "blocking", F(INSTANT, BOOLEAN), 0, 1, 0 },
+		{ "hvc_exit_stat", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "wfe_exit_stat", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "wfi_exit_stat", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "mmio_exit_user", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "mmio_exit_kernel", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "signal_exits", F(CUMULATIVE, NONE), 0, 1, 0 },
+		{ "exits", F(CUMULATIVE, NONE), 0, 1, 0 },
+	};
+	static const uint64_t step[9] = { 40, 0, 100, 20, 50, 10, 5, 0, 1000 };
+	static const struct kvmstats_encode_desc vmd[] = {
+		{ "remote_tlb_flush", F(CUMULATIVE, NONE), 0, 1, 0 },
+	};
+	uint64_t v[9] = { 0 }, vmv[1] = { 0 };
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_reader *rd = NULL, *vmrd = NULL;
+	struct kvmstats_log_writer *w = NULL;
+	size_t len;
+	void *img = kvmstats_image__encode("kvm-4343/vcpu-0", d, 9, v, &len, NULL);
+	int err = -1;
+
+	rd = img ? kvmstats_reader__open_mem(ctx, img, len, NULL) : NULL;
+	free(img);
+	img = kvmstats_image__encode("kvm-4343", vmd, 1, vmv, &len, NULL);
+	vmrd = img ? kvmstats_reader__open_mem(ctx, img, len, NULL) : NULL;
+	free(img);
+	unlink(path_of("arm64.log"));
+	if (rd && vmrd)
+		w = kvmstats_log_writer__open(ctx, path_of("arm64.log"), NULL);
+	for (int i = 0; w && i < 10; i++) {
+		err = kvmstats_log_writer__begin(w, 1000000000ull * (i + 1),
+						 1700000000000000000ull + 1000000000ull * i);
+		for (int t = -1; t < 2 && !err; t++) {
+			struct kvmstats_log_target tg = {
+				.pid = 4343, .uid = 9, .vm = 0, .vcpu = t,
+				.name = "arm64-vm", .id = "kvm-4343", .source = "fd" };
+
+			for (int k = 0; k < 9; k++)
+				v[k] = step[k] * (uint64_t)i;
+			vmv[0] = (uint64_t)i;
+			err = t < 0 ? kvmstats_log_writer__add(w, &tg, kvmstats_reader__schema(vmrd),
+							       vmv, NULL, 0)
+				    : kvmstats_log_writer__add(w, &tg, kvmstats_reader__schema(rd),
+							       v, NULL, 0);
+		}
+		if (!err)
+			err = kvmstats_log_writer__commit(w);
+		if (err)
+			break;
+	}
+	if (!w || kvmstats_log_writer__close(w))
+		err = -1;
+	kvmstats_reader__close(rd);
+	kvmstats_reader__close(vmrd);
+	kvmstats_ctx__free(ctx);
+	return err;
+}
+
 /* valid.log, damaged two ways. */
 static int write_damaged(void)
 {
@@ -291,7 +359,7 @@ int main(int argc, char **argv)
 	}
 	dir = argv[1];
 	if (write_valid() || write_damaged() || write_flood() ||
-	    write_alternate() || write_ids() || write_names()) {
+	    write_alternate() || write_ids() || write_names() || write_arm64()) {
 		fprintf(stderr, "mklog: failed\n");
 		return 1;
 	}
