@@ -56,6 +56,10 @@ int cli_bad(const struct cli *cli, const char *fmt, ...)
 /* Parse a positive integer argument; -1 on error (already reported). */
 long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 		    long min, long max);
+/* --pid PID[,PID...]: append each to *@pids (grown as needed; *@cap is
+ * its size). -1 after an error message. */
+int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
+		 size_t *n, size_t *cap);
 
 void cli_print_json(const struct cli *cli, struct json_object *o);
 
@@ -143,7 +147,7 @@ enum {
 /* The options that choose VMs, the same in every command (kvm_stat's
  * -p/--pid and -g/--guest among them): entries of a command's table. */
 #define CLI_OPT_PID(help)                                                      \
-	{ "pid", 'p', CLI_OPT_SHORT, "PID", "every VMM", help }
+	{ "pid", 'p', CLI_OPT_SHORT, "PID[,PID...]", "every VMM", help }
 #define CLI_OPT_NAME(help)                                                     \
 	{ "name", 'g', CLI_OPT_SHORT, "REGEX", "every name", help },           \
 	{ "guest", 'g', CLI_OPT_ALIAS, "REGEX", NULL, NULL }
@@ -172,7 +176,7 @@ enum {
 
 struct target_args {
 	pid_t *pids;
-	size_t npids;
+	size_t npids, pids_cap;
 	char **files;
 	size_t nfiles;
 	const char *source;

@@ -108,6 +108,43 @@ long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 	return v;
 }
 
+int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
+		 size_t *n, size_t *cap)
+{
+	const char *p = arg;
+	char one[24];
+
+	do {
+		size_t len = strcspn(p, ",");
+		long v;
+
+		if (len >= sizeof(one)) {
+			cli_err(cli, "--pid: '%.*s' is not a number in 1..%d",
+				(int)len, p, INT32_MAX);
+			return -1;
+		}
+		memcpy(one, p, len);
+		one[len] = '\0';
+		v = cli_parse_long(cli, "--pid", one, 1, INT32_MAX);
+		if (v < 0)
+			return -1;
+		if (*n == *cap) {
+			size_t c = *cap ? *cap * 2 : 8;
+			pid_t *grown = realloc(*pids, c * sizeof(*grown));
+
+			if (!grown) {
+				cli_err(cli, "--pid: %s", strerror(ENOMEM));
+				return -1;
+			}
+			*pids = grown;
+			*cap = c;
+		}
+		(*pids)[(*n)++] = (pid_t)v;
+		p += len;
+	} while (*p++ == ',');
+	return 0;
+}
+
 void cli_print_json(const struct cli *cli, struct json_object *o)
 {
 	int flags = JSON_C_TO_STRING_NOSLASHESCAPE |

@@ -65,7 +65,7 @@ struct replay {
 	uint64_t first_rt;
 	bool have_first;
 	pid_t *pids;
-	size_t npids;
+	size_t npids, pids_cap;
 	regex_t name_re, fields;
 	bool name_set, fields_set;
 
@@ -636,8 +636,6 @@ static int count_pass(struct replay *r)
 
 static int replay_opt(struct replay *r, int c, const char *arg)
 {
-	long v;
-
 	switch (c) {
 	case OPT_FROM:
 		return parse_bound(r->cli, "--from", arg, &r->from) ? -1 : 1;
@@ -650,11 +648,7 @@ static int replay_opt(struct replay *r, int c, const char *arg)
 		r->skip_zero = true;
 		return 1;
 	case 'p':
-		v = cli_parse_long(r->cli, "--pid", arg, 1, INT32_MAX);
-		if (v < 0)
-			return -1;
-		r->pids[r->npids++] = (pid_t)v;
-		return 1;
+		return cli_add_pids(r->cli, arg, &r->pids, &r->npids, &r->pids_cap) ? -1 : 1;
 	case 'g':
 	case 'f': {
 		regex_t *re = c == 'g' ? &r->name_re : &r->fields;
@@ -743,7 +737,8 @@ int cmd_replay(struct cli *cli, int argc, char **argv)
 	char why[512] = "";
 	int c, ret = EXIT_FAIL;
 
-	r.pids = calloc((size_t)argc + 1, sizeof(*r.pids));
+	r.pids_cap = (size_t)argc + 1;
+	r.pids = calloc(r.pids_cap, sizeof(*r.pids));
 	if (!r.pids)
 		return EXIT_FAIL;
 	ret = cli_parse(cli, &replay_spec, &r, argc, argv);

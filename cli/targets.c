@@ -20,7 +20,8 @@
 int target_args_init(struct target_args *a, int argc)
 {
 	memset(a, 0, sizeof(*a));
-	a->pids = calloc((size_t)argc + 1, sizeof(*a->pids));
+	a->pids_cap = (size_t)argc + 1;
+	a->pids = calloc(a->pids_cap, sizeof(*a->pids));
 	a->files = calloc((size_t)argc + 1, sizeof(*a->files));
 	return a->pids && a->files ? 0 : -ENOMEM;
 }
@@ -70,15 +71,9 @@ size_t cli_more_operands(struct cli *cli, const char *arg, char **out)
 int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 		   const char *arg)
 {
-	long v;
-
 	switch (c) {
 	case 'p':
-		v = cli_parse_long(cli, "--pid", arg, 1, INT32_MAX);
-		if (v < 0)
-			return -1;
-		a->pids[a->npids++] = (pid_t)v;
-		return 1;
+		return cli_add_pids(cli, arg, &a->pids, &a->npids, &a->pids_cap) ? -1 : 1;
 	case 'g':
 		if (a->name_set)
 			regfree(&a->name_re);

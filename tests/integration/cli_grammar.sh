@@ -335,3 +335,17 @@ check "dump --qmp MISSING: status 1, says the socket is missing" \
 rc=$?
 check "list --pid NOT_A_VMM: status 1, the error only" \
 	test "$rc" = 1 -a ! -s "$TMP/list.out" -a -n "$(grep 'is not a VMM' "$TMP/list.err")"
+
+# --pid takes a comma-separated list too, in every command: the same as
+# repeating it (two processes that are not VMMs: each named in an error).
+sleep 30 &
+S1=$!
+track $S1
+"$KVMSTATS" list --pid "$$,$S1" >/dev/null 2>"$TMP/l2.err"
+rc=$?
+check "list --pid A,B: each of the two named, status 1" \
+	test "$rc" = 1 -a -n "$(grep "pid $$ " "$TMP/l2.err")" -a -n "$(grep "pid $S1 " "$TMP/l2.err")"
+"$KVMSTATS" list --pid "$$" --pid "$S1" >/dev/null 2>"$TMP/l3.err"
+check "list --pid A,B says what --pid A --pid B says" cmp -s "$TMP/l2.err" "$TMP/l3.err"
+usage "--pid with an empty element" "--pid: '' is not a number" dump dump --pid "1,"
+usage "--pid with a word in its list" "--pid: 'x' is not a number" replay replay --pid "1,x" "$LOG"
