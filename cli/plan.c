@@ -743,8 +743,9 @@ static void print_row(const struct vm_row *row, int rank)
 	double share;
 
 	if (!row->p || r->error || !r->predicted) {
-		printf("%-4s %-7d %-16.16s error: %s\n", "-", (int)row->pid,
-		       safe_str(row->name), safe_str(row->p ? r->error_msg : row->error));
+		/* (the reason is on stderr, once) */
+		printf("%-4s %-7d %-16.16s not planned: see the error\n", "-",
+		       (int)row->pid, safe_str(row->name));
 		return;
 	}
 	e = &r->est[r->method];
@@ -761,7 +762,7 @@ static void print_row(const struct vm_row *row, int rank)
 	human_bytes((double)r->pred.bytes, xfer, sizeof(xfer));
 	human_secs(r->pred.seconds, secs, sizeof(secs));
 	human_secs(r->elapsed_s, cost, sizeof(cost));
-	printf("%-4d %-7d %-16.16s %10s %-7s %5.1f%% %5.1f%% %s %12s %10s %9s %-4s %8s\n",
+	printf("%-4d %-7d %-16.16s %10s %-7s %5.1f%% %5.1f%% %s %12s %10s %9s %-4s %9s\n",
 	       rank, (int)r->pid, safe_str(r->name), mem, kvmstats_method_str(r->method),
 	       100 * e->coverage, 100 * share, bar, dirty, xfer, secs,
 	       r->pred.converges ? "yes" : "NO", cost);
@@ -877,9 +878,9 @@ static void print_table(struct cli *cli, const struct plan_args *a,
 			printf("no VMM found; see 'kvmstats list'\n");
 		return;
 	}
-	printf("%-4s %-7s %-16s %10s %-7s %6s %6s %-12s %12s %10s %9s %-4s %8s\n", "RANK",
+	printf("%-4s %-7s %-16s %10s %-7s %6s %6s %-12s %12s %10s %9s %-4s %9s\n", "RANK",
 	       "PID", "NAME", "MEMORY", "METHOD", "COVER", "ZERO", "", "DIRTY", "TRANSFER",
-	       "TIME", "CONV", "COST");
+	       "TIME", "CONV", "PLAN_TOOK");
 	for (size_t i = 0; i < n; i++)
 		print_row(&rows[i], (int)i + 1);
 	for (size_t i = 0; detail && i < n; i++)

@@ -349,3 +349,14 @@ check "list --pid A,B: each of the two named, status 1" \
 check "list --pid A,B says what --pid A --pid B says" cmp -s "$TMP/l2.err" "$TMP/l3.err"
 usage "--pid with an empty element" "--pid: '' is not a number" dump dump --pid "1,"
 usage "--pid with a word in its list" "--pid: 'x' is not a number" replay replay --pid "1,x" "$LOG"
+
+# plan of a process gone: its reason once (stderr), not again in the table.
+sleep 0 &
+G=$!
+wait $G
+"$KVMSTATS" plan --pid "$G" >"$TMP/pl.out" 2>"$TMP/pl.err"
+rc=$?
+check "plan --pid GONE: status 1, the reason said once" \
+	test "$rc" = 1 -a "$(cat "$TMP/pl.out" "$TMP/pl.err" | grep -c "pid $G: no such process")" = 1
+check "plan's table says what its last column is: the plan's own time" \
+	grep -q "CONV PLAN_TOOK$" "$TMP/pl.out"
