@@ -22,6 +22,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -151,15 +153,19 @@ static int find_tinyvmm(struct demo *d)
 	return -1;
 }
 
-/* 0 when /dev/kvm opens, else the errno. */
+/* 0 when /dev/kvm opens and is KVM, else the errno (ENOTTY: some other
+ * device, a file or /dev/null bound over it). */
 static int kvm_errno(void)
 {
 	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	int err = 0;
 
 	if (fd < 0)
 		return errno;
+	if (ioctl(fd, KVM_GET_API_VERSION, 0) != KVM_API_VERSION)
+		err = ENOTTY;
 	close(fd);
-	return 0;
+	return err;
 }
 
 /* What to do to see live VMs, for /dev/kvm failing with @err. */
@@ -168,6 +174,9 @@ static const char *kvm_advice(int err)
 	if (err == EACCES || err == EPERM)
 		return "join the group that owns /dev/kvm (usually kvm), or "
 		       "run 'sudo kvmstats demo'";
+	if (err == ENOTTY)
+		return "/dev/kvm is not KVM's device here: load kvm_intel or "
+		       "kvm_amd and let udev make it";
 	return "load kvm_intel or kvm_amd (in a VM: enable nested "
 	       "virtualization first)";
 }

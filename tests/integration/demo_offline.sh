@@ -98,3 +98,18 @@ check "q quits, status 0" test "$(cat "$TMP/demo.rc" 2>/dev/null)" = 0
 check "after it, the cause and what to do are said on stderr" \
 	grep -q 'that was a recording.*/dev/kvm: No such file' "$TMP/demo.err"
 tmux -S "$SOCK" kill-server 2>/dev/null
+
+# A /dev/kvm that is not KVM (here /dev/null bound over it): the demo
+# plays the recording too, instead of failing to start guests.
+SOCK2=$TMP/tmux2.sock
+unshare -m --propagation private sh -c "mount --bind /dev/null /dev/kvm 2>/dev/null ||
+	{ touch '$TMP/kvm' && mount --bind '$TMP/kvm' /dev/kvm; } || exit 1
+	exec tmux -S '$SOCK2' new-session -d -x 100 -y 30 \"$run; sleep 30\""
+rc=$?
+check "tmux started with a /dev/kvm that is not KVM" test $rc = 0
+tmux_pid=$(tmux -S "$SOCK2" display-message -p '#{pid}' 2>/dev/null)
+[ -n "$tmux_pid" ] && track "$tmux_pid"
+wait_until "$(slow 100)" sh -c "tmux -S '$SOCK2' capture-pane -p 2>/dev/null | grep -q 'RECORDING, not live'"
+check "a /dev/kvm that is not KVM: the demo plays the recording" \
+	sh -c "tmux -S '$SOCK2' capture-pane -p | grep -q 'RECORDING, not live'"
+tmux -S "$SOCK2" kill-server 2>/dev/null
