@@ -40,3 +40,20 @@ broken=$(grep '^broken ' <<<"$out" | cut -d' ' -f2- | tr '\n' ';')
 check "every relative link leads to a file${broken:+ (broken: $broken)}" test -z "$broken"
 grep "^pending " <<<"$out" | sort -u | sed "s/^pending /# not written yet: /"
 true
+
+# The README's screen is what top draws now, from the same recording
+# (scripts/make-demo-screenshot.sh, in tmux), not an old picture.
+if command -v tmux >/dev/null; then
+	KVMSTATS=$KVMSTATS "$ROOT/scripts/make-demo-screenshot.sh" list 20 >"$TMP/shot" 2>&1
+	awk '/^The recording in a 100x30 terminal/ { on = 1; next }
+		on && /^```$/ { if (in_block) exit; in_block = 1; next }
+		in_block { print }' "$README" >"$TMP/readme-shot"
+	if cmp -s "$TMP/shot" "$TMP/readme-shot"; then
+		pass "the README's screen is what top draws from the recording"
+	else
+		fail "the README's screen is what top draws from the recording" \
+			"$(diff "$TMP/readme-shot" "$TMP/shot" | head -6 | tr '\n' '|')"
+	fi
+else
+	fail "the README's screen" "tmux is not installed (scripts/deps.sh test)"
+fi
