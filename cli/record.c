@@ -61,7 +61,7 @@ struct column {
 
 /* Workers that open new VMMs, and how long the first scan waits for them:
  * a VMM that holds its stats fds opens in milliseconds. */
-#define DISCOVER_THREADS 2
+#define DISCOVER_THREADS 4
 #define START_WAIT_NS (300 * 1000000ull)
 
 struct choice {
@@ -592,11 +592,6 @@ static int run(struct rec *r)
 
 		if (hup_flag)
 			on_sighup(r);
-		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
-			if (refresh(r, false))
-				return EXIT_FAIL;
-			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
-		}
 		/* Opened by the workers since: quick to insert, and
 		 * sampled from this tick on. */
 		if (r->disc)
@@ -614,6 +609,13 @@ static int run(struct rec *r)
 			log_line(r, now_ns(CLOCK_REALTIME), n);
 		if (r->count && (long)n + 1 >= r->count)
 			break;
+		/* After the sample, in the time until the next one: a scan
+		 * of /proc never makes a sample late. */
+		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
+			if (refresh(r, false))
+				return EXIT_FAIL;
+			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
+		}
 		next += ival;
 		now = now_ns(CLOCK_MONOTONIC);
 		if (next < now)	/* fell behind: skip the ticks missed */

@@ -29,7 +29,7 @@
 #define REFRESH_NS (3 * 1000000000ull)
 /* Workers that open new VMMs, and how long the first scan waits for them
  * (a VMM that holds its stats fds opens in milliseconds). */
-#define DISCOVER_THREADS 2
+#define DISCOVER_THREADS 4
 #define START_WAIT_NS (300 * 1000000ull)
 
 enum { OPT_REPLAY = OPT_CMD_BASE, OPT_LOOP };

@@ -553,16 +553,30 @@ static int claim(struct kvmstats_host *h, const struct ks_claim *c)
 	return 0;
 }
 
+/* The order in which VMMs are claimed: those that hold their stats fds
+ * (they open in a moment, talking to no one), then the others never
+ * tried, then families that failed before, so that VMMs that keep
+ * failing, however many, cannot starve a new one. */
+enum { CLAIM_HELD, CLAIM_NEW, CLAIM_RETRY, CLAIM_PASSES };
+
+static int claim_pass(const struct kvmstats_host *h, pid_t pid, bool tried)
+{
+	if (tried)
+		return CLAIM_RETRY;
+	if ((!h->only || h->only == &ks_source_fd) && fd_probe(NULL, pid))
+		return CLAIM_HELD;
+	return CLAIM_NEW;
+}
+
 /* Claim the due VMMs of @cand (@n of them), at most @max claims in
- * flight (0: no bound); their pids go to @out. Never tried families
- * first, so that a family that keeps failing cannot starve a new VMM. */
+ * flight (0: no bound); their pids go to @out. */
 static int claim_due(struct kvmstats_host *h, const pid_t *cand, size_t n,
 		     size_t max, pid_t *out)
 {
 	uint64_t now = ks_now_ns();
 	size_t got = 0;
 
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < CLAIM_PASSES; pass++) {
 		for (size_t i = 0; i < n; i++) {
 			struct ks_claim c = { .pid = cand[i] };
 			bool tried;
@@ -573,9 +587,10 @@ static int claim_due(struct kvmstats_host *h, const pid_t *cand, size_t n,
 				continue;
 			c.root = family_root(h, cand, n, c.pid, &c.root_start);
 			tried = find_retry(h, c.root, c.root_start) != NULL;
-			if (tried != (pass == 1) ||
+			if ((pass == CLAIM_RETRY) != tried ||
+			    (pass < CLAIM_RETRY && claim_pass(h, c.pid, tried) != pass) ||
 			    family_busy(h, c.root, c.root_start) ||
-			    !due(h, &c, now, h->o.npids != 0))
+			    !due(h, &c, now, h->o.npids != 0 && pass == CLAIM_RETRY))
 				continue;
 			if (claim(h, &c))
 				return got ? (int)got : -ENOMEM;

@@ -21,6 +21,13 @@
       connects to it by name, sometimes connects to VICTIM. It stops
       swapping after 120 s.
 
+  hostile_qmp.py mute NVCPUS READY -qmp unix:SOCK,server=on
+      creates the VM and, on SOCK, greets every client as QMP does and
+      never answers anything: each exchange costs a client its timeout.
+  hostile_qmp.py error NVCPUS READY -qmp unix:SOCK,server=on
+      the same, but answers every command with an error, 90 ms late:
+      a failure just quick enough to have gone unnoticed.
+
 Run it as `exec -a qemu-system-x86_64 python3 hostile_qmp.py ...` so that
 its argv[0] looks like QEMU's. READY is created once the VM exists.
 """
@@ -119,6 +126,52 @@ class Monitor:
             buf = text.encode()
 
 
+GREETING = (b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
+            b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
+
+
+def stall(conn, mode):
+    """mute: read and never answer; error: an error for each command."""
+    conn.sendall(GREETING)
+    buf = b""
+    dec = json.JSONDecoder()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            return
+        if mode == "mute":
+            continue
+        buf += data
+        text = buf.decode(errors="replace").lstrip()
+        while text:
+            try:
+                cmd, end = dec.raw_decode(text)
+            except ValueError:
+                break
+            text = text[end:].lstrip()
+            time.sleep(0.09)
+            reply = {"error": {"class": "GenericError",
+                               "desc": "not today"}}
+            if isinstance(cmd, dict) and "id" in cmd:
+                reply["id"] = cmd["id"]
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        buf = text.encode()
+
+
+def stall_forever(sock, mode):
+    """Every client at once, each in a thread of its own."""
+    while True:
+        conn, _ = sock.accept()
+
+        def run(c=conn):
+            try:
+                stall(c, mode)
+            except OSError:
+                pass
+            c.close()
+        threading.Thread(target=run, daemon=True).start()
+
+
 def swap_forever(path, victim):
     """PATH and a link to VICTIM trade places until 120 s have passed."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -149,10 +202,12 @@ def main():
     path = sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
-    sock.listen(1)
+    sock.listen(16)
     if mode == "swap":
         os.chown(path, 65534, 65534)
     open(ready, "w").close()
+    if mode in ("mute", "error"):
+        stall_forever(sock, mode)
     if mode == "swap":
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
