@@ -23,6 +23,11 @@
 #endif
 
 #define MAX_KIDS 4
+#define MAX_STARTED 32
+
+/* Every process the tests started, killed at exit whatever happened. */
+static pid_t started[MAX_STARTED];
+static int nstarted;
 
 struct family {
 	pid_t pids[MAX_KIDS + 1];	/* its children, then itself */
@@ -33,9 +38,10 @@ struct family {
  * it holding the same VM; each waits to be killed. */
 static void family_start(struct family *f, bool stats, int kids)
 {
-	int p[2];
-	pid_t pid;
+	int p[2], nkids = 0;
+	pid_t pid, got;
 
+	assert_true(nstarted + kids + 1 <= MAX_STARTED);
 	assert_int_equal(pipe(p), 0);
 	pid = fork();
 	assert_true(pid >= 0);
@@ -64,20 +70,38 @@ static void family_start(struct family *f, bool stats, int kids)
 	}
 	close(p[1]);
 	f->n = 0;
-	while (f->n <= kids &&
-	       read(p[0], &f->pids[f->n], sizeof(pid_t)) == sizeof(pid_t))
+	f->pids[kids] = pid;
+	while (f->n < kids + 1 &&
+	       read(p[0], &got, sizeof(got)) == sizeof(got)) {
+		/* The children write in any order, the parent among them. */
+		if (got != pid)
+			f->pids[nkids++] = got;
+		started[nstarted++] = got;
 		f->n++;
+	}
 	close(p[0]);
 	assert_int_equal(f->n, kids + 1);
-	/* The parent writes last, after forking: it is pids[kids]. */
-	assert_int_equal(f->pids[kids], pid);
+	assert_int_equal(nkids, kids);
 }
 
 static void family_stop(struct family *f)
 {
-	for (int i = 0; i < f->n; i++)
+	for (int i = 0; i < f->n; i++) {
 		kill(f->pids[i], SIGKILL);
+		/* Gone: its pid may be anyone's from now on. */
+		for (int j = 0; j < nstarted; j++)
+			if (started[j] == f->pids[i])
+				started[j] = 0;
+	}
 	waitpid(f->pids[f->n - 1], NULL, 0);
+}
+
+/* A test that failed half-way leaves none of its processes behind. */
+static void kill_started(void)
+{
+	for (int i = 0; i < nstarted; i++)
+		if (started[i] > 0)
+			kill(started[i], SIGKILL);
 }
 
 static struct kvmstats_host *host_of(struct kvmstats_ctx *ctx,
@@ -239,6 +263,7 @@ int main(void)
 		cmocka_unit_test(test_prepare_beside_sweeps),
 	};
 
+	atexit(kill_started);
 	if (access("/dev/kvm", R_OK | W_OK)) {
 		printf("ok - test_discover # SKIP /dev/kvm is not available\n");
 		return 0;
