@@ -103,44 +103,26 @@ class Monitor:
         return {}
 
     def serve(self, conn):
-        conn.sendall(b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
-                     b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
-        buf = b""
-        dec = json.JSONDecoder()
-        while True:
-            data = conn.recv(65536)
-            if not data:
-                return
-            buf += data
-            text = buf.decode(errors="replace").lstrip()
-            while text:
-                try:
-                    cmd, end = dec.raw_decode(text)
-                except ValueError:
-                    break
-                text = text[end:].lstrip()
-                reply = {"return": self.answer(cmd)}
-                if "id" in cmd:
-                    reply["id"] = cmd["id"]
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            buf = text.encode()
+        conn.sendall(GREETING)
+        for cmd in commands(conn):
+            reply = {"return": self.answer(cmd)}
+            if "id" in cmd:
+                reply["id"] = cmd["id"]
+            conn.sendall(json.dumps(reply).encode() + b"\n")
 
 
 GREETING = (b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
             b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
 
 
-def stall(conn, mode):
-    """mute: read and never answer; error: an error for each command."""
-    conn.sendall(GREETING)
+def commands(conn):
+    """Every command a client sends, until it hangs up."""
     buf = b""
     dec = json.JSONDecoder()
     while True:
         data = conn.recv(65536)
         if not data:
             return
-        if mode == "mute":
-            continue
         buf += data
         text = buf.decode(errors="replace").lstrip()
         while text:
@@ -149,13 +131,21 @@ def stall(conn, mode):
             except ValueError:
                 break
             text = text[end:].lstrip()
-            time.sleep(0.09)
-            reply = {"error": {"class": "GenericError",
-                               "desc": "not today"}}
-            if isinstance(cmd, dict) and "id" in cmd:
-                reply["id"] = cmd["id"]
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            yield cmd
         buf = text.encode()
+
+
+def stall(conn, mode):
+    """mute: read and never answer; error: an error for each command."""
+    conn.sendall(GREETING)
+    for cmd in commands(conn):
+        if mode == "mute":
+            continue
+        time.sleep(0.09)
+        reply = {"error": {"class": "GenericError", "desc": "not today"}}
+        if isinstance(cmd, dict) and "id" in cmd:
+            reply["id"] = cmd["id"]
+        conn.sendall(json.dumps(reply).encode() + b"\n")
 
 
 def stall_forever(sock, mode):
