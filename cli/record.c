@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "discover.h"
 #include "kvmstats_log.h"
 #include "sanitize.h"
 
@@ -58,6 +59,11 @@ struct column {
 	bool any;		/* some target had it this line */
 };
 
+/* Workers that open new VMMs, and how long the first scan waits for them:
+ * a VMM that holds its stats fds opens in milliseconds. */
+#define DISCOVER_THREADS 4
+#define START_WAIT_NS (300 * 1000000ull)
+
 struct choice {
 	uint64_t uid;
 	bool chosen;
@@ -73,6 +79,7 @@ struct rec {
 	struct cli *cli;
 	struct target_args a;
 	struct kvmstats_host *host;
+	struct discover *disc;		/* opens new VMMs off the sampling */
 	struct kvmstats_vmm **sel;	/* chosen VMMs, valid until a sweep */
 	size_t nsel;
 	struct choice *choice;		/* --name's verdict per VMM uid */
@@ -500,13 +507,21 @@ static int choose(struct rec *r)
 	return 0;
 }
 
+/* The first scan: VMMs asked for by --pid are waited for (and each that
+ * cannot be read is said); a host-wide scan waits for those that open
+ * at once, and the others are inserted when ready. */
 static int refresh(struct rec *r, bool first)
 {
-	int ret = kvmstats_host__refresh(r->host);
+	int ret = r->disc ? discover_refresh(r->disc) :
+			    kvmstats_host__refresh(r->host);
 
 	if (ret < 0) {
 		cli_err(r->cli, "scanning the host: %s", strerror(-ret));
 		return ret;
+	}
+	if (first && r->disc) {
+		discover_wait(r->disc, START_WAIT_NS);
+		discover_collect(r->disc);
 	}
 	if (first && target_report_errors(r->cli, r->host) && !kvmstats_host__num_vmms(r->host))
 		return -ESRCH;
@@ -616,11 +631,10 @@ static int run(struct rec *r)
 
 		if (hup_flag)
 			on_sighup(r);
-		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
-			if (refresh(r, false))
-				return EXIT_FAIL;
-			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
-		}
+		/* Opened by the workers since: quick to insert, and
+		 * sampled from this tick on. */
+		if (r->disc)
+			discover_collect(r->disc);
 		now = now_ns(CLOCK_MONOTONIC);
 		/* Without --log nothing needs the readers' own readings. */
 		if (r->w && !r->log) {
@@ -644,6 +658,13 @@ static int run(struct rec *r)
 			log_line(r, now_ns(CLOCK_REALTIME), n);
 		if (r->count && (long)n + 1 >= r->count)
 			break;
+		/* After the sample, in the time until the next one: a scan
+		 * of /proc never makes a sample late. */
+		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
+			if (refresh(r, false))
+				return EXIT_FAIL;
+			next_refresh = now_ns(CLOCK_MONOTONIC) + rfr;
+		}
 		next += ival;
 		now = now_ns(CLOCK_MONOTONIC);
 		if (next < now)	/* fell behind: skip the ticks missed */
@@ -769,6 +790,7 @@ static void rec_free(struct rec *r)
 	if (r->out && r->out != stdout)
 		fclose(r->out);
 	kvmstats_log_writer__close(r->w);
+	discover_free(r->disc);		/* its workers read the host */
 	kvmstats_host__free(r->host);
 	target_args_free(&r->a);
 }
@@ -939,13 +961,23 @@ int cmd_record(struct cli *cli, int argc, char **argv)
 		goto out;
 	ret = EXIT_FAIL;
 	r.host = target_host_new(cli, &r.a);
-	if (!r.host || refresh(&r, true))
+	/* VMMs asked for by --pid are opened at once, as the user waits
+	 * for them; any others, on workers started once the capabilities
+	 * are dropped (capabilities are per thread). */
+	if (!r.host || (r.a.npids && refresh(&r, true)))
 		goto out;
 	if ((r.log && open_log_file(&r)) || (r.output && open_writer(&r)))
 		goto out;
+	drop_caps(&r);
+	r.disc = discover_new(r.host, DISCOVER_THREADS);
+	if (!r.disc) {
+		cli_err(cli, "cannot start: %s", strerror(errno));
+		goto out;
+	}
+	if (!r.a.npids && refresh(&r, true))
+		goto out;
 	if (!r.nsel)
 		cli_warn(cli, "no VM to record yet; VMs that start will be picked up");
-	drop_caps(&r);
 	install_signals();
 	ret = run(&r);
 	if (finish(&r) != EXIT_OK)

@@ -48,7 +48,15 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "discover.h"
 #include "serve.h"
+
+/* Workers that open new VMMs, and how long start-up waits for them before
+ * serving: a VMM that holds its stats fds opens in milliseconds. */
+#define DISCOVER_THREADS 4
+#define START_WAIT_NS (300 * 1000000ull)
+/* While VMMs are being opened, how often the main thread inserts them. */
+#define COLLECT_NS (50 * 1000000ull)
 
 enum {
 	OPT_WEB_CONFIG = OPT_CMD_BASE,
@@ -275,13 +283,26 @@ static void write_ready(struct server *s)
 		cli_warn(s->cli, "--ready %s: %s", s->o.ready, strerror(errno));
 }
 
+/* A --pid VMM that cannot be read is said once, not every refresh. */
+static void report_errors(struct server *s)
+{
+	if (!strcmp(s->last_errors, kvmstats_host__errors(s->host)))
+		return;
+	snprintf(s->last_errors, sizeof(s->last_errors), "%s",
+		 kvmstats_host__errors(s->host));
+	target_report_errors(s->cli, s->host);
+}
+
+/* Drop exited VMMs and queue the new ones: their opening (a QMP monitor
+ * can take --timeout per exchange) is the workers' (discover.c), so the
+ * scrape lock is held for a moment only. */
 static void refresh(struct server *s)
 {
 	uint64_t t0 = now_ns();
 	int n;
 
 	pthread_mutex_lock(&s->lock);
-	n = kvmstats_host__refresh(s->host);
+	n = discover_refresh(s->disc);
 	s->refresh_ns = now_ns() - t0;
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
@@ -293,27 +314,44 @@ static void refresh(struct server *s)
 		s->hidden_procs = h.procs;
 		s->hidden_vmms = h.vmms;
 	}
-	/* A --pid VMM that cannot be read is said once, not every refresh. */
-	if (strcmp(s->last_errors, kvmstats_host__errors(s->host))) {
-		snprintf(s->last_errors, sizeof(s->last_errors), "%s",
-			 kvmstats_host__errors(s->host));
-		target_report_errors(s->cli, s->host);
-	}
+	report_errors(s);
 }
 
-/* Until SIGINT or SIGTERM: rescan the host every refresh_s seconds. */
+/* Insert the VMMs the workers opened: exported from the next scrape. */
+static void collect(struct server *s)
+{
+	pthread_mutex_lock(&s->lock);
+	discover_collect(s->disc);
+	pthread_mutex_unlock(&s->lock);
+	report_errors(s);
+}
+
+/* Until SIGINT or SIGTERM: rescan the host every refresh_s seconds, and
+ * insert VMMs as soon as they are opened. */
 static void main_loop(struct server *s, const sigset_t *set)
 {
-	struct timespec ts = { .tv_sec = s->o.refresh_s };
+	uint64_t every = (uint64_t)s->o.refresh_s * 1000000000ull;
+	uint64_t next = now_ns() + every;
 
 	for (;;) {
-		int sig = sigtimedwait(set, NULL, &ts);
+		uint64_t now = now_ns(), wait = next > now ? next - now : 0;
+		struct timespec ts;
+		int sig;
 
+		if (discover_busy(s->disc) && wait > COLLECT_NS)
+			wait = COLLECT_NS;
+		ts = (struct timespec){ .tv_sec = (time_t)(wait / 1000000000ull),
+					.tv_nsec = (long)(wait % 1000000000ull) };
+		sig = sigtimedwait(set, NULL, &ts);
 		if (sig == SIGINT || sig == SIGTERM)
 			return;
 		if (sig < 0 && errno == EINTR)
 			continue;
-		refresh(s);
+		collect(s);
+		if (now_ns() >= next) {
+			refresh(s);
+			next = now_ns() + every;
+		}
 	}
 }
 
@@ -599,6 +637,8 @@ static void server_free(struct server *s)
 	prom_expo_free(&s->scratch);
 	prom_pool_free(s->pool);
 	prom_model_free(s->model);
+	/* Its workers read the host. */
+	discover_free(s->disc);
 	kvmstats_host__free(s->host);
 	if (s->have_web)
 		web_config_free(&s->web);
@@ -644,7 +684,16 @@ static int run(struct server *s)
 		cli_err(s->cli, "out of memory");
 		return EXIT_FAIL;
 	}
+	s->disc = discover_new(s->host, DISCOVER_THREADS);
+	if (!s->disc) {
+		cli_err(s->cli, "cannot start: %s", strerror(errno));
+		return EXIT_FAIL;
+	}
+	/* The VMMs that open at once are there at the first scrape; those
+	 * that take longer come in when ready, never holding it up. */
 	refresh(s);
+	discover_wait(s->disc, START_WAIT_NS);
+	collect(s);
 	/* Counted now: once serving, the host is the scrapes' (under the lock). */
 	nvmms = kvmstats_host__num_vmms(s->host);
 	if (guard_start(s) || start_http(s) || planner_start(s))

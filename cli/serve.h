@@ -134,6 +134,7 @@ struct server {
 	/* Everything below is used under @lock, one scrape at a time. */
 	pthread_mutex_t lock;
 	struct kvmstats_host *host;
+	struct discover *disc;		/* opens new VMMs off the lock */
 	struct prom_model *model;
 	struct prom_pool *pool;
 	struct prom_expo scratch;

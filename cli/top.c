@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "discover.h"
 #include "kvmstats_log.h"
 #include "top.h"
 
@@ -30,6 +31,10 @@
  * (their own deadlines are shorter): its two readings are then one
  * --interval apart whatever the source. */
 #define SETTLE_NS (3 * 1000000000ull)
+/* Workers that open new VMMs, and how long the first scan waits for them
+ * (a VMM that holds its stats fds opens in milliseconds). */
+#define DISCOVER_THREADS 4
+#define START_WAIT_NS (300 * 1000000ull)
 
 enum { OPT_REPLAY = OPT_CMD_BASE, OPT_LOOP };
 
@@ -50,6 +55,7 @@ struct top_src {
 	const struct target_args *args;
 	struct kvmstats_host *host;
 	uint64_t next_refresh;
+	struct discover *disc;	/* opens new VMMs off the frames */
 	struct kvmstats_log_reader *log;
 	uint64_t last_fed; /* log time of the last frame fed */
 	bool fed;
@@ -72,14 +78,37 @@ static void set_msg(struct top_src *src, const char *text)
 	snprintf(src->msg, sizeof(src->msg), "%.*s", (int)n, text);
 }
 
+/* The first scan: VMMs asked for by --pid are waited for; a host-wide
+ * one waits for those that open at once. Then new VMMs are opened on
+ * workers (discover.c) and come in when ready: a VMM whose monitor never
+ * answers holds no frame up. */
+static int first_scan(struct top_src *src)
+{
+	int n = 0;
+
+	if (src->args->npids)
+		n = kvmstats_host__refresh(src->host);
+	src->disc = discover_new(src->host, DISCOVER_THREADS);
+	if (!src->disc)
+		return -errno;
+	if (src->args->npids)
+		return n;
+	n = discover_refresh(src->disc);
+	discover_wait(src->disc, START_WAIT_NS);
+	discover_collect(src->disc);
+	return n;
+}
+
 static void live_refresh(struct top_src *src, uint64_t now)
 {
 	int n;
 
+	if (src->disc)
+		discover_collect(src->disc);
 	if (now < src->next_refresh)
 		return;
 	src->next_refresh = now + REFRESH_NS;
-	n = kvmstats_host__refresh(src->host);
+	n = src->disc ? discover_refresh(src->disc) : first_scan(src);
 	src->msg[0] = 0;
 	if (n < 0)
 		snprintf(src->msg, sizeof(src->msg), "scanning the host: %s",
@@ -273,6 +302,7 @@ static int src_open(struct top_src *src, struct cli *cli,
 
 static void src_close(struct top_src *src)
 {
+	discover_free(src->disc);	/* its workers read the host */
 	kvmstats_host__free(src->host);
 	kvmstats_log_reader__close(src->log);
 	memset(src, 0, sizeof(*src));

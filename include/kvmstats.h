@@ -634,6 +634,46 @@ kvmstats_host__vmm(const struct kvmstats_host *h, size_t i);
  * per failure ("" when none). */
 KVMSTATS_API const char *kvmstats_host__errors(const struct kvmstats_host *h);
 
+/*
+ * Refresh in steps, for callers that must not wait while a VMM is opened
+ * (a QMP monitor that never answers costs the timeout of each exchange):
+ *
+ *   kvmstats_host__update()   drop VMMs that exited, add hot-added vCPUs
+ *   kvmstats_host__pending()  claim the VMMs to open now (fast)
+ *   kvmstats_host__prepare()  open one (slow; on any thread)
+ *   kvmstats_host__insert()   add it to the host, or note its failure (fast)
+ *
+ * update, pending and insert use the host like every other call (one
+ * thread at a time). prepare reads only what does not change after
+ * kvmstats_host__new() and the context's caches (which are locked), so
+ * it may run on other threads, several at once, while the host's thread
+ * sweeps and reads. kvmstats_host__refresh() is these steps in a row.
+ */
+/* Drop VMMs that exited and add the vCPUs (and VMs) of open VMMs that
+ * appeared. Returns how many VMMs were dropped. */
+KVMSTATS_API int kvmstats_host__update(struct kvmstats_host *h);
+/* Claim the VMMs that are not open, not claimed and not in back-off
+ * after a failure: at most one per family (a VMM and the VMMs it forked),
+ * and no more than @max claims in flight (0: no bound). Their pids go to
+ * *pids (malloc'ed; NULL when none). Each must be given back with
+ * kvmstats_host__insert(), opened or not. Resets kvmstats_host__errors().
+ * Returns how many, or a negative errno. */
+KVMSTATS_API int kvmstats_host__pending(struct kvmstats_host *h, size_t max,
+					pid_t **pids);
+/* Open @pid as the host would (its sources and options); NULL with errno
+ * set and the reason in @errbuf when no source can. */
+KVMSTATS_API struct kvmstats_vmm *
+kvmstats_host__prepare(const struct kvmstats_host *h, pid_t pid, char *errbuf,
+		       size_t errbuf_sz);
+/* Give back claimed @pid: @v (prepared, or NULL when the open failed with
+ * reason @why after @took_ns) is the host's from now on. A failure backs
+ * the family off (a delay doubling up to a minute). Returns 1 when @v was
+ * added, 0 when not (a failure, or it exited meanwhile), or a negative
+ * errno (-ENOENT: @pid was not claimed; @v is freed). */
+KVMSTATS_API int kvmstats_host__insert(struct kvmstats_host *h, pid_t pid,
+				       struct kvmstats_vmm *v, const char *why,
+				       uint64_t took_ns);
+
 /* Names of every source, in order of preference (NULL-terminated). */
 KVMSTATS_API const char *const *kvmstats_sources(void);
 /* Can @source serve @pid now? (cheap, no VMM is disturbed) */

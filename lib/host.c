@@ -130,6 +130,7 @@ void kvmstats_host__free(struct kvmstats_host *h)
 		kvmstats_vmm__close(h->vmms[i]);
 	free(h->vmms);
 	free(h->retry);
+	free(h->claims);
 	free(h->pids);
 	free(h);
 }
@@ -211,7 +212,7 @@ static size_t vms_without_stats(const struct kvmstats_vmm *v)
 }
 
 /* Try @s for the VM stats alone; 0 when it served at least one VM. */
-static int try_vm_source(struct kvmstats_host *h, struct kvmstats_vmm *v,
+static int try_vm_source(const struct kvmstats_host *h, struct kvmstats_vmm *v,
 			 const struct ks_source *s, char *why, size_t why_sz)
 {
 	struct ks_source_args a = { h->ctx, &h->o, why, why_sz, true };
@@ -252,7 +253,8 @@ static int try_vm_source(struct kvmstats_host *h, struct kvmstats_vmm *v,
 /* VMs whose source has no VM stats get them from the best other source
  * that has (auto only: a source the user named is the only one). Where
  * none has, each such VM says why. */
-static void complete_vm_level(struct kvmstats_host *h, struct kvmstats_vmm *v)
+static void complete_vm_level(const struct kvmstats_host *h,
+			      struct kvmstats_vmm *v)
 {
 	char all[512] = "", why[256];
 
@@ -280,7 +282,7 @@ static void complete_vm_level(struct kvmstats_host *h, struct kvmstats_vmm *v)
 }
 
 /* Try the sources in order of preference; the first that opens wins. */
-static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
+static struct kvmstats_vmm *open_vmm(const struct kvmstats_host *h, pid_t pid,
 				     char *why, size_t why_sz)
 {
 	struct ks_source_args a = { h->ctx, &h->o, why, why_sz };
@@ -318,7 +320,6 @@ static struct kvmstats_vmm *open_vmm(struct kvmstats_host *h, pid_t pid,
 		if (!err) {
 			v->source = s->reads_as ? s->reads_as : s->name;
 			v->src = s;
-			v->uid = h->next_uid++;
 			complete_vm_level(h, v);
 			return v;
 		}
@@ -367,29 +368,50 @@ int ks_host_drop_dead(struct kvmstats_host *h)
 }
 
 /*
- * A VMM whose open failed slowly (a monitor that never answered, ...) is
- * not tried again at every refresh but after a delay that doubles up to a
- * minute: a refresh must stay quick, as the sweeps of a long-running
- * command wait for it. Cheap failures are retried every time, so that a
- * VMM that just started is read as soon as it can be.
+ * Opening a VMM can be slow (a monitor that never answers costs the
+ * --timeout of each exchange), so it is split from the host (see
+ * kvmstats_host__pending()): the host's thread claims the pids to open,
+ * any thread opens them (kvmstats_host__prepare(), which reads only what
+ * never changes: the options, the sources, the context's locked caches),
+ * and the host's thread inserts the result.
+ *
+ * Every failed open backs off: the next try waits a delay that doubles
+ * up to a minute, from a quarter second for a failure that was quick (a
+ * VMM that just started is read soon) and two seconds for a slow one.
+ * A VMM can fork, and its children hold its VM fds: the back-off is kept
+ * per family (a VMM whose parent is a VMM too shares its parent's
+ * entry), a family has at most one open in flight, and a caller bounds
+ * how many are in flight at all, so that the work a host's VMMs cause
+ * stays bounded however many processes they make.
  */
 #define KS_SLOW_OPEN_NS (100 * 1000000ull)
-#define KS_RETRY_MIN_NS (2 * 1000000000ull)
+#define KS_RETRY_FAST_NS (250 * 1000000ull)
+#define KS_RETRY_SLOW_NS (2 * 1000000000ull)
 #define KS_RETRY_MAX_NS (60 * 1000000000ull)
+#define KS_FAMILY_DEPTH 32
 
 struct ks_retry {
-	pid_t pid;
-	uint64_t start;		/* process start time: a reused pid differs */
+	pid_t pid;		/* the family's eldest VMM */
+	uint64_t start;		/* its start time: a reused pid differs */
 	uint64_t next_ns;
 	uint64_t backoff_ns;
 	char why[200];
 };
 
-/* Start time of @pid (field 22 of /proc/PID/stat), 0 when it is gone. */
-static uint64_t proc_start(pid_t pid)
+/* A pid handed out by kvmstats_host__pending(), not inserted yet. */
+struct ks_claim {
+	pid_t pid;
+	pid_t root;		/* its family's eldest VMM */
+	uint64_t root_start;
+};
+
+/* Parent and start time of @pid (fields 4 and 22 of /proc/PID/stat);
+ * start 0 when it is gone. */
+static uint64_t proc_stat(pid_t pid, pid_t *ppid)
 {
 	char path[64], buf[1024], *p;
 	unsigned long long start = 0;
+	int parent = 0;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -398,36 +420,76 @@ static uint64_t proc_start(pid_t pid)
 		return 0;
 	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
 	/* After the comm: state is field 3, starttime field 22. */
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &start) != 1)
+	if (!p || sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &parent,
+			 &start) != 2)
 		start = 0;
 	fclose(f);
+	if (ppid)
+		*ppid = parent;
 	return start;
 }
 
-/* Forget failures of processes that exited (or whose pid was reused). */
+static bool in_list(const pid_t *pids, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] == pid)
+			return true;
+	return false;
+}
+
+/* The eldest VMM of @pid's family: its farthest ancestor through
+ * parents that are VMMs too (in @vmms, or open in the host). */
+static pid_t family_root(const struct kvmstats_host *h, const pid_t *vmms,
+			 size_t n, pid_t pid, uint64_t *start)
+{
+	pid_t root = pid, parent;
+
+	*start = proc_stat(pid, &parent);
+	for (int depth = 0; depth < KS_FAMILY_DEPTH && parent > 1; depth++) {
+		uint64_t pstart;
+		pid_t up;
+
+		if (!in_list(vmms, n, parent) && find_pid(h, parent) < 0)
+			break;
+		pstart = proc_stat(parent, &up);
+		if (!pstart)
+			break;
+		root = parent;
+		*start = pstart;
+		parent = up;
+	}
+	return root;
+}
+
+/* Forget failures of families whose eldest exited (or whose pid was
+ * reused). */
 static void prune_retry(struct kvmstats_host *h)
 {
 	size_t j = 0;
 
 	for (size_t i = 0; i < h->nretry; i++)
-		if (proc_start(h->retry[i].pid) == h->retry[i].start)
+		if (proc_stat(h->retry[i].pid, NULL) == h->retry[i].start)
 			h->retry[j++] = h->retry[i];
 	h->nretry = j;
 }
 
-static struct ks_retry *find_retry(struct kvmstats_host *h, pid_t pid)
+static struct ks_retry *find_retry(struct kvmstats_host *h, pid_t root,
+				   uint64_t start)
 {
 	for (size_t i = 0; i < h->nretry; i++)
-		if (h->retry[i].pid == pid)
+		if (h->retry[i].pid == root && h->retry[i].start == start)
 			return &h->retry[i];
 	return NULL;
 }
 
-static void remember_failure(struct kvmstats_host *h, pid_t pid,
-			     const char *why)
+static void remember_failure(struct kvmstats_host *h,
+			     const struct ks_claim *c, const char *why,
+			     uint64_t took_ns)
 {
-	struct ks_retry *rt = find_retry(h, pid);
+	struct ks_retry *rt = find_retry(h, c->root, c->root_start);
+	uint64_t first = took_ns > KS_SLOW_OPEN_NS ? KS_RETRY_SLOW_NS :
+						     KS_RETRY_FAST_NS;
 	void *p;
 
 	if (!rt) {
@@ -436,51 +498,200 @@ static void remember_failure(struct kvmstats_host *h, pid_t pid,
 			return;	/* then it is simply tried again */
 		h->retry = p;
 		rt = &h->retry[h->nretry++];
-		*rt = (struct ks_retry){ .pid = pid, .start = proc_start(pid),
-					 .backoff_ns = KS_RETRY_MIN_NS / 2 };
+		*rt = (struct ks_retry){ .pid = c->root, .start = c->root_start };
 	}
-	if (rt->backoff_ns < KS_RETRY_MAX_NS)
+	/* A slow failure after quick ones starts at the slow delay. */
+	if (rt->backoff_ns < first)
+		rt->backoff_ns = first;
+	else if (rt->backoff_ns < KS_RETRY_MAX_NS)
 		rt->backoff_ns *= 2;
 	rt->next_ns = ks_now_ns() + rt->backoff_ns;
 	snprintf(rt->why, sizeof(rt->why), "%.*s", (int)sizeof(rt->why) - 1, why);
 }
 
-static int add_vmm(struct kvmstats_host *h, pid_t pid, bool explicit)
+static struct ks_claim *find_claim(struct kvmstats_host *h, pid_t pid)
+{
+	for (size_t i = 0; i < h->nclaims; i++)
+		if (h->claims[i].pid == pid)
+			return &h->claims[i];
+	return NULL;
+}
+
+static bool family_busy(const struct kvmstats_host *h, pid_t root,
+			uint64_t start)
+{
+	for (size_t i = 0; i < h->nclaims; i++)
+		if (h->claims[i].root == root && h->claims[i].root_start == start)
+			return true;
+	return false;
+}
+
+/* Is @pid's family due (no failure, or its back-off over)? An explicit
+ * pid that is not says so in the host's errors. */
+static bool due(struct kvmstats_host *h, const struct ks_claim *c,
+		uint64_t now, bool explicit)
+{
+	struct ks_retry *rt = find_retry(h, c->root, c->root_start);
+
+	if (!rt || now >= rt->next_ns)
+		return true;
+	if (explicit)
+		note_error(h, "pid %d: %s (next try in %llu s)", (int)c->pid,
+			   rt->why,
+			   (unsigned long long)(rt->next_ns - now) / 1000000000ull + 1);
+	return false;
+}
+
+static int claim(struct kvmstats_host *h, const struct ks_claim *c)
+{
+	void *p = realloc(h->claims, (h->nclaims + 1) * sizeof(*h->claims));
+
+	if (!p)
+		return -ENOMEM;
+	h->claims = p;
+	h->claims[h->nclaims++] = *c;
+	return 0;
+}
+
+/* The order in which VMMs are claimed: those that hold their stats fds
+ * (they open in a moment, talking to no one), then the others never
+ * tried, then families that failed before, so that VMMs that keep
+ * failing, however many, cannot starve a new one. */
+enum { CLAIM_HELD, CLAIM_NEW, CLAIM_RETRY, CLAIM_PASSES };
+
+static int claim_pass(const struct kvmstats_host *h, pid_t pid, bool tried)
+{
+	if (tried)
+		return CLAIM_RETRY;
+	if ((!h->only || h->only == &ks_source_fd) && fd_probe(NULL, pid))
+		return CLAIM_HELD;
+	return CLAIM_NEW;
+}
+
+/* Claim the due VMMs of @cand (@n of them), at most @max claims in
+ * flight (0: no bound); their pids go to @out. */
+static int claim_due(struct kvmstats_host *h, const pid_t *cand, size_t n,
+		     size_t max, pid_t *out)
+{
+	uint64_t now = ks_now_ns();
+	size_t got = 0;
+
+	for (int pass = 0; pass < CLAIM_PASSES; pass++) {
+		for (size_t i = 0; i < n; i++) {
+			struct ks_claim c = { .pid = cand[i] };
+			bool tried;
+
+			if (max && h->nclaims >= max)
+				return (int)got;
+			if (find_pid(h, c.pid) >= 0 || find_claim(h, c.pid))
+				continue;
+			c.root = family_root(h, cand, n, c.pid, &c.root_start);
+			tried = find_retry(h, c.root, c.root_start) != NULL;
+			if ((pass == CLAIM_RETRY) != tried ||
+			    (pass < CLAIM_RETRY && claim_pass(h, c.pid, tried) != pass) ||
+			    family_busy(h, c.root, c.root_start) ||
+			    !due(h, &c, now, h->o.npids != 0 && pass == CLAIM_RETRY))
+				continue;
+			if (claim(h, &c))
+				return got ? (int)got : -ENOMEM;
+			out[got++] = c.pid;
+		}
+	}
+	return (int)got;
+}
+
+int kvmstats_host__pending(struct kvmstats_host *h, size_t max, pid_t **out)
+{
+	pid_t *all = NULL, *pids;
+	const pid_t *cand = h->pids;
+	int n = (int)h->o.npids;
+
+	*out = NULL;
+	h->errors[0] = 0;
+	prune_retry(h);
+	if (!h->o.npids) {
+		n = kvmstats_proc__vmm_pids(&all);
+		if (n < 0)
+			return n;
+		cand = all;
+	}
+	pids = malloc(((size_t)n + 1) * sizeof(*pids));
+	if (!pids) {
+		free(all);
+		return -ENOMEM;
+	}
+	n = claim_due(h, cand, (size_t)n, max, pids);
+	free(all);
+	if (n <= 0) {
+		free(pids);
+		return n;
+	}
+	*out = pids;
+	return n;
+}
+
+struct kvmstats_vmm *kvmstats_host__prepare(const struct kvmstats_host *h,
+					    pid_t pid, char *errbuf,
+					    size_t errbuf_sz)
 {
 	char why[256] = "";
-	struct ks_retry *rt = find_retry(h, pid);
-	uint64_t t0 = ks_now_ns();
-	struct kvmstats_vmm *v;
-	void *p;
+	struct kvmstats_vmm *v = open_vmm(h, pid, why, sizeof(why));
 
-	if (rt && t0 < rt->next_ns) {
-		if (explicit)
-			note_error(h, "pid %d: %s (next try in %llu s)", (int)pid,
-				   rt->why,
-				   (unsigned long long)(rt->next_ns - t0) / 1000000000ull + 1);
-		return 0;
+	if (!v)
+		ks_err(errbuf, errbuf_sz, "%s", why);
+	return v;
+}
+
+static int insert(struct kvmstats_host *h, struct kvmstats_vmm *v)
+{
+	void *p = realloc(h->vmms, (h->n + 1) * sizeof(*h->vmms));
+
+	if (!p) {
+		kvmstats_vmm__close(v);
+		return -ENOMEM;
 	}
-	v = open_vmm(h, pid, why, sizeof(why));
+	v->uid = h->next_uid++;
+	h->vmms = p;
+	h->vmms[h->n++] = v;
+	return 1;
+}
+
+int kvmstats_host__insert(struct kvmstats_host *h, pid_t pid,
+			  struct kvmstats_vmm *v, const char *why,
+			  uint64_t took_ns)
+{
+	struct ks_claim *cp = find_claim(h, pid), c;
+	struct ks_retry *rt;
+
+	if (!cp) {
+		kvmstats_vmm__close(v);
+		return -ENOENT;
+	}
+	c = *cp;
+	*cp = h->claims[--h->nclaims];
+	if (v && kvmstats_vmm__pid(v) != pid) {
+		kvmstats_vmm__close(v);
+		return -EINVAL;
+	}
 	if (!v) {
-		if (ks_now_ns() - t0 > KS_SLOW_OPEN_NS)
-			remember_failure(h, pid, why);
+		why = why && why[0] ? why : "cannot be opened";
+		remember_failure(h, &c, why, took_ns);
 		/* A host-wide scan skips VMMs no source serves, quietly. */
-		if (explicit)
+		if (h->o.npids)
 			note_error(h, "pid %d: %s", (int)pid, why);
 		else
 			ks_log(h->ctx, KVMSTATS_LOG_INFO, "pid %d: %s", (int)pid, why);
 		return 0;
 	}
+	/* It exited while it was being opened: dropped like the others. */
+	if (!kvmstats_vmm__alive(v)) {
+		kvmstats_vmm__close(v);
+		return 0;
+	}
+	rt = c.root == pid ? find_retry(h, c.root, c.root_start) : NULL;
 	if (rt)
 		*rt = h->retry[--h->nretry];
-	p = realloc(h->vmms, (h->n + 1) * sizeof(*h->vmms));
-	if (!p) {
-		kvmstats_vmm__close(v);
-		return -ENOMEM;
-	}
-	h->vmms = p;
-	h->vmms[h->n++] = v;
-	return 1;
+	return insert(h, v);
 }
 
 static void refresh_vcpus(struct kvmstats_host *h)
@@ -500,31 +711,38 @@ static void refresh_vcpus(struct kvmstats_host *h)
 	}
 }
 
+int kvmstats_host__update(struct kvmstats_host *h)
+{
+	int dropped = drop_dead(h);
+
+	refresh_vcpus(h);
+	return dropped;
+}
+
 int kvmstats_host__refresh(struct kvmstats_host *h)
 {
-	pid_t *pids = h->pids, *all = NULL;
-	int n = (int)h->o.npids, changes, err = 0;
+	int changes = drop_dead(h), n, err = 0;
+	pid_t *pids;
 
-	h->errors[0] = 0;
-	changes = drop_dead(h);
-	prune_retry(h);
-	if (!h->o.npids) {
-		n = kvmstats_proc__vmm_pids(&all);
-		if (n < 0)
-			return n;
-		pids = all;
-	}
-	for (int i = 0; i < n && !err; i++) {
+	n = kvmstats_host__pending(h, 0, &pids);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		char why[256] = "";
+		uint64_t t0 = ks_now_ns();
+		struct kvmstats_vmm *v = NULL;
 		int added;
 
-		if (find_pid(h, pids[i]) >= 0)
-			continue;
-		added = add_vmm(h, pids[i], h->o.npids != 0);
-		if (added < 0)
+		/* After an error, the rest are given back unopened. */
+		if (!err)
+			v = kvmstats_host__prepare(h, pids[i], why, sizeof(why));
+		added = kvmstats_host__insert(h, pids[i], v, why,
+					      ks_now_ns() - t0);
+		if (added < 0 && !err)
 			err = added;
 		changes += added > 0;
 	}
-	free(all);
+	free(pids);
 	refresh_vcpus(h);
 	return err ? err : changes;
 }

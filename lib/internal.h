@@ -3,6 +3,7 @@
 #ifndef KVMSTATS_INTERNAL_H
 #define KVMSTATS_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -46,6 +47,9 @@ struct kvmstats_schema {
 struct kvmstats_ctx {
 	kvmstats_log_fn log;
 	void *log_arg;
+	/* Guards the caches below: VMMs are opened on other threads
+	 * (kvmstats_host__prepare()) while the host's thread reads. */
+	pthread_mutex_t lock;
 	struct kvmstats_schema *schemas;
 	size_t nschemas;
 	/* This kernel's own VM and vCPU descriptors, learnt once from a
@@ -61,6 +65,10 @@ struct kvmstats_ctx {
 	} hist_order[16];
 	unsigned int nhist_order;
 };
+
+/* Take and release @ctx's cache lock (no-ops for a NULL ctx). */
+void ks_ctx_lock(struct kvmstats_ctx *ctx);
+void ks_ctx_unlock(struct kvmstats_ctx *ctx);
 
 /* ---- VMMs and VMs (vmm.c) ---- */
 struct ks_vcpu_slot {
@@ -194,9 +202,12 @@ struct kvmstats_host {
 	uint64_t next_uid;
 	uint64_t time_ns;
 	char errors[1024];
-	/* VMMs whose open failed slowly, retried later (host.c). */
+	/* Families of VMMs whose open failed, retried later, and the pids
+	 * handed out to be opened (host.c). */
 	struct ks_retry *retry;
 	size_t nretry;
+	struct ks_claim *claims;
+	size_t nclaims;
 	struct ks_sweep_pool *pool;	/* parallel sweeps (sweep.c), or NULL */
 };
 

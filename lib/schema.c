@@ -90,7 +90,20 @@ struct kvmstats_ctx *kvmstats_ctx__new(const struct kvmstats_ctx_opts *opts)
 		return NULL;
 	ctx->log = o.log;
 	ctx->log_arg = o.log_arg;
+	pthread_mutex_init(&ctx->lock, NULL);
 	return ctx;
+}
+
+void ks_ctx_lock(struct kvmstats_ctx *ctx)
+{
+	if (ctx)
+		pthread_mutex_lock(&ctx->lock);
+}
+
+void ks_ctx_unlock(struct kvmstats_ctx *ctx)
+{
+	if (ctx)
+		pthread_mutex_unlock(&ctx->lock);
 }
 
 /* Schemas still referenced keep working after the context is freed; they
@@ -108,6 +121,7 @@ void kvmstats_ctx__free(struct kvmstats_ctx *ctx)
 		s->ctx = NULL;
 		s->next = NULL;
 	}
+	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }
 
@@ -214,6 +228,26 @@ static unsigned char *make_key(const unsigned char *buf, size_t *len)
 	return key;
 }
 
+/* A new reference to @ctx's schema of this key, or NULL. One whose last
+ * reference is being dropped on another thread (refs at 0, not yet out
+ * of the list) is not taken: it is about to be freed. Under ctx->lock. */
+static struct kvmstats_schema *cached(struct kvmstats_ctx *ctx,
+				      const unsigned char *key, size_t key_len,
+				      uint64_t hash)
+{
+	for (struct kvmstats_schema *s = ctx ? ctx->schemas : NULL; s; s = s->next) {
+		int refs = atomic_load(&s->refs);
+
+		if (s->hash != hash || s->key_len != key_len ||
+		    memcmp(s->key, key, key_len))
+			continue;
+		while (refs > 0)
+			if (atomic_compare_exchange_weak(&s->refs, &refs, refs + 1))
+				return s;
+	}
+	return NULL;
+}
+
 struct kvmstats_schema *kvmstats_schema__parse(struct kvmstats_ctx *ctx,
 					       const void *buf, size_t len,
 					       char *errbuf, size_t errbuf_sz)
@@ -253,19 +287,17 @@ struct kvmstats_schema *kvmstats_schema__parse(struct kvmstats_ctx *ctx,
 		goto out;
 	}
 	hash = ks_hash(key, key_len);
-	for (s = ctx ? ctx->schemas : NULL; s; s = s->next)
-		if (s->hash == hash && s->key_len == key_len &&
-		    !memcmp(s->key, key, key_len)) {
-			kvmstats_schema__get(s);
-			goto out;
-		}
-	s = schema_build(buf, key, key_len, hash);
-	if (s && ctx) {
+	ks_ctx_lock(ctx);
+	s = cached(ctx, key, key_len, hash);
+	if (!s)
+		s = schema_build(buf, key, key_len, hash);
+	if (s && ctx && !s->ctx) {
 		s->ctx = ctx;
 		s->next = ctx->schemas;
 		ctx->schemas = s;
 		ctx->nschemas++;
 	}
+	ks_ctx_unlock(ctx);
 out:
 	free(key);
 	kvmstats_report__free(r);
@@ -286,12 +318,16 @@ void kvmstats_schema__put(struct kvmstats_schema *s)
 	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
 		return;
 	if (s->ctx) {
-		for (pp = &s->ctx->schemas; *pp; pp = &(*pp)->next)
+		struct kvmstats_ctx *ctx = s->ctx;
+
+		ks_ctx_lock(ctx);
+		for (pp = &ctx->schemas; *pp; pp = &(*pp)->next)
 			if (*pp == s) {
 				*pp = s->next;
-				s->ctx->nschemas--;
+				ctx->nschemas--;
 				break;
 			}
+		ks_ctx_unlock(ctx);
 	}
 	schema_free(s);
 }

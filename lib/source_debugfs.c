@@ -111,29 +111,48 @@ out:
 	return err;
 }
 
+/* What @ctx knows of the kernel's schemas: 0 (*err set: the schemas,
+ * or why they could not be learnt) or -ENOENT (not looked for yet). */
+static int kernel_cached(struct kvmstats_ctx *ctx, struct kvmstats_schema **vm,
+			 struct kvmstats_schema **vcpu, int *err)
+{
+	int ret = 0;
+
+	if (!ctx)
+		return -ENOENT;
+	ks_ctx_lock(ctx);
+	*err = ctx->kernel_err;
+	if (!*err && ctx->kernel_schema[0]) {
+		*vm = kvmstats_schema__get(ctx->kernel_schema[0]);
+		*vcpu = kvmstats_schema__get(ctx->kernel_schema[1]);
+	} else if (!*err) {
+		ret = -ENOENT;
+	}
+	ks_ctx_unlock(ctx);
+	return ret;
+}
+
 int ks_kernel_schemas(struct kvmstats_ctx *ctx, struct kvmstats_schema **vm,
 		      struct kvmstats_schema **vcpu)
 {
 	struct kvmstats_schema *s[2] = { NULL, NULL };
 	int err;
 
-	if (ctx && ctx->kernel_err)
-		return ctx->kernel_err;
-	if (ctx && ctx->kernel_schema[0]) {
-		*vm = kvmstats_schema__get(ctx->kernel_schema[0]);
-		*vcpu = kvmstats_schema__get(ctx->kernel_schema[1]);
-		return 0;
-	}
-	err = learn_kernel(ctx, s);
-	if (err) {
-		if (ctx)
-			ctx->kernel_err = err;
+	if (!kernel_cached(ctx, vm, vcpu, &err))
 		return err;
-	}
-	if (ctx) {
+	/* Learnt outside the lock: two threads may both learn, the first
+	 * to finish is cached. */
+	err = learn_kernel(ctx, s);
+	ks_ctx_lock(ctx);
+	if (ctx && err && !ctx->kernel_err)
+		ctx->kernel_err = err;
+	if (ctx && !err && !ctx->kernel_schema[0]) {
 		ctx->kernel_schema[0] = kvmstats_schema__get(s[0]);
 		ctx->kernel_schema[1] = kvmstats_schema__get(s[1]);
 	}
+	ks_ctx_unlock(ctx);
+	if (err)
+		return err;
 	*vm = s[0];
 	*vcpu = s[1];
 	return 0;

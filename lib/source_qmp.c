@@ -692,10 +692,16 @@ static int make_schemas(const struct ks_source_args *a, struct qmp_vmm *m,
  * else checked now against the kernel's readings around the first
  * query (@chk, when there were stats fds to read), else the release's
  * known order. */
-static void learn_order(struct qmp_vmm *m, struct ks_hist_check *chk,
-			struct json_object *vcpu, struct json_object *cpus)
+static void learn_order(struct kvmstats_ctx *ctx, struct qmp_vmm *m,
+			struct ks_hist_check *chk, struct json_object *vcpu,
+			struct json_object *cpus)
 {
-	if (chk && ks_hist_check_end(chk, vcpu, cpus, &m->order))
+	bool checked;
+
+	ks_ctx_lock(ctx);
+	checked = chk && ks_hist_check_end(chk, vcpu, cpus, &m->order);
+	ks_ctx_unlock(ctx);
+	if (checked)
 		return;
 	ks_hist_order_of_version(m->version, &m->order);
 }
@@ -735,7 +741,9 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 			  why, sizeof(why));
 	json_object_put(args);
 	/* The VM stats have no histogram: only the vCPUs need the order. */
+	ks_ctx_lock(a->ctx);	/* VMMs are opened on several threads */
 	known = ks_hist_order_known(a->ctx, m->pid, &m->order);
+	ks_ctx_unlock(a->ctx);
 	if (!err && !known && !m->vm_only)
 		chk = ks_hist_check_start(a, m->pid);
 	if (!err) {
@@ -751,7 +759,7 @@ static int first_query(const struct ks_source_args *a, struct qmp_vmm *m,
 		goto out;
 	}
 	if (!known)
-		learn_order(m, chk, vcpu, cpus);
+		learn_order(a->ctx, m, chk, vcpu, cpus);
 	err = make_schemas(a, m, schemas, vm, vcpu);
 	if (err)
 		goto out;

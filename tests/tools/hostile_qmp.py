@@ -35,6 +35,12 @@
   hostile_qmp.py arrays NVCPUS READY ARGS...
       on $HQ_SOCK, a query-stats of the vCPUs whose value is
       "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
+  hostile_qmp.py mute NVCPUS READY -qmp unix:SOCK,server=on
+      creates the VM and, on SOCK, greets every client as QMP does and
+      never answers anything: each exchange costs a client its timeout.
+  hostile_qmp.py error NVCPUS READY -qmp unix:SOCK,server=on
+      the same, but answers every command with an error, 90 ms late:
+      a failure just quick enough to have gone unnoticed.
 
 Run it as `exec -a qemu-system-x86_64 python3 hostile_qmp.py ...` so that
 its argv[0] looks like QEMU's. READY is created once the VM exists.
@@ -121,31 +127,67 @@ class Monitor:
         return None
 
     def serve(self, conn):
-        conn.sendall(b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
-                     b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
-        buf = b""
-        dec = json.JSONDecoder()
-        while True:
-            data = conn.recv(65536)
-            if not data:
-                return
-            buf += data
-            text = buf.decode(errors="replace").lstrip()
-            while text:
-                try:
-                    cmd, end = dec.raw_decode(text)
-                except ValueError:
-                    break
-                text = text[end:].lstrip()
-                raw = self.raw(cmd)
-                if raw is not None:
-                    conn.sendall(raw)
-                    continue
-                reply = {"return": self.answer(cmd)}
-                if "id" in cmd:
-                    reply["id"] = cmd["id"]
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            buf = text.encode()
+        conn.sendall(GREETING)
+        for cmd in commands(conn):
+            raw = self.raw(cmd)
+            if raw is not None:
+                conn.sendall(raw)
+                continue
+            reply = {"return": self.answer(cmd)}
+            if "id" in cmd:
+                reply["id"] = cmd["id"]
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+GREETING = (b'{"QMP": {"version": {"qemu": {"major": 10, "minor": 0,'
+            b' "micro": 2}, "package": ""}, "capabilities": []}}\n')
+
+
+def commands(conn):
+    """Every command a client sends, until it hangs up."""
+    buf = b""
+    dec = json.JSONDecoder()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            return
+        buf += data
+        text = buf.decode(errors="replace").lstrip()
+        while text:
+            try:
+                cmd, end = dec.raw_decode(text)
+            except ValueError:
+                break
+            text = text[end:].lstrip()
+            yield cmd
+        buf = text.encode()
+
+
+def stall(conn, mode):
+    """mute: read and never answer; error: an error for each command."""
+    conn.sendall(GREETING)
+    for cmd in commands(conn):
+        if mode == "mute":
+            continue
+        time.sleep(0.09)
+        reply = {"error": {"class": "GenericError", "desc": "not today"}}
+        if isinstance(cmd, dict) and "id" in cmd:
+            reply["id"] = cmd["id"]
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def stall_forever(sock, mode):
+    """Every client at once, each in a thread of its own."""
+    while True:
+        conn, _ = sock.accept()
+
+        def run(c=conn):
+            try:
+                stall(c, mode)
+            except OSError:
+                pass
+            c.close()
+        threading.Thread(target=run, daemon=True).start()
 
 
 class Plain(Monitor):
@@ -267,10 +309,12 @@ def main():
     path = os.environ.get("HQ_SOCK") or sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
-    sock.listen(1)
+    sock.listen(16)
     if mode == "swap":
         os.chown(path, 65534, 65534)
     open(ready, "w").close()
+    if mode in ("mute", "error"):
+        stall_forever(sock, mode)
     if mode == "swap":
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),

@@ -1,0 +1,105 @@
+#!/bin/bash
+# kvmstats-test: needs=kvm
+# No VMM holds back another (docs/threat-model.md): beside 5 VMMs whose
+# QMP monitor greets and never answers and 20 whose monitor answers
+# every command with an error 90 ms late (tests/tools/hostile_qmp.py,
+# each holding a real KVM VM), with --source qmp and with the default:
+#  - serve answers its first scrape within 1 s of starting, and no scrape
+#    over the window takes 1 s (the VMMs are opened on worker threads,
+#    outside the scrape lock);
+#  - record -s 0.1 of a good VM (our tiny VMM) keeps every interval
+#    within 80 ms of 100 ms here (the 20 ms figure is measured by hand:
+#    CI machines are loaded; a stall on a monitor costs a second).
+# WINDOW=SECONDS sets the serve window (default 8; 60 for the report).
+source "$(dirname "$0")/../lib.sh"
+require_kvm discover_hostile
+for t in python3 curl jq; do
+	command -v $t >/dev/null || { skip discover_hostile "$t is not installed"; exit 0; }
+done
+HOSTILE=$ROOT/tests/tools/hostile_qmp.py
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+WINDOW=${WINDOW:-8}
+# Bounds: the figures asked for, on a release build. Under ASan and UBSan
+# (and in the emulated lab) the process runs 2-3 times slower: the first
+# scrape gets 3 s there, a scrape 1.5 s, a record interval 60 ms of play.
+FIRST=1 SCRAPE=1 JITTER=0.080
+if ldd "$KVMSTATS" 2>/dev/null | grep -q libasan; then
+	FIRST=3 SCRAPE=1.5 JITTER=0.150
+fi
+FIRST=$(slow_s $FIRST) SCRAPE=$(slow_s $SCRAPE) JITTER=$(slow_s $JITTER)
+
+# hostile MODE I: start fake VMM I in MODE (argv[0] QEMU's).
+hostile() {
+	local mode=$1 i=$2
+	(exec -a qemu-system-x86_64 "$PY" "$HOSTILE" "$mode" 1 "$TMP/$mode$i.ready" \
+		-qmp "unix:$TMP/$mode$i.sock,server=on") 2>"$TMP/$mode$i.log" &
+	track $!
+	echo $! >>"$TMP/fakes"
+}
+for i in $(seq 5); do hostile mute "$i"; done
+for i in $(seq 20); do hostile error "$i"; done
+for f in "$TMP"/mute{1..5}.ready "$TMP"/error{1..20}.ready; do
+	wait_file "$f" 20 || { fail "discover_hostile: fake VMM $f started" "$(cat "${f%.ready}.log")"; exit 0; }
+done
+pass "discover_hostile: 5 mute and 20 erring monitors hold real VMs ($(wc -l <"$TMP/fakes") processes)"
+start_vmm --vms 1 --vcpus 2 --hold-stats --workload halt || { fail "discover_hostile: tinyvmm started"; exit 0; }
+GOOD=$VMM_PID
+
+now() { date +%s.%N; }
+
+# serve_window NAME ARGS...: start serve with ARGS, time its first
+# scrape, then scrape back to back for WINDOW seconds.
+serve_window() {
+	local name=$1 port t0 first="" max=0 n=0 t end out
+	shift
+	port=$(free_port)
+	t0=$(now)
+	"$KVMSTATS" serve --listen "127.0.0.1:$port" --refresh 1 "$@" 2>"$TMP/$name.err" &
+	local S=$!
+	track $S
+	end=$(awk -v t="$t0" -v s="$(slow_s 10)" 'BEGIN { printf "%.3f", t + s }')
+	while awk -v t="$(now)" -v e="$end" 'BEGIN { exit !(t < e) }'; do
+		if curl -s --max-time 5 -o "$TMP/$name.first" "http://127.0.0.1:$port/metrics"; then
+			first=$(awk -v t="$(now)" -v t0="$t0" 'BEGIN { printf "%.3f", t - t0 }')
+			break
+		fi
+		sleep 0.02
+	done
+	end=$(awk -v t="$(now)" -v w="$WINDOW" 'BEGIN { printf "%.3f", t + w }')
+	while [ -n "$first" ] && awk -v t="$(now)" -v e="$end" 'BEGIN { exit !(t < e) }'; do
+		t=$(curl -s --max-time 10 -o "$TMP/$name.last" -w '%{time_total}' \
+			"http://127.0.0.1:$port/metrics") || t=10
+		n=$((n + 1))
+		max=$(awk -v a="$max" -v b="$t" 'BEGIN { print (b > a) ? b : a }')
+		sleep 0.05
+	done
+	kill $S
+	wait $S 2>/dev/null
+	echo "# serve $*: first scrape after ${first:-never} s; $n scrapes in ${WINDOW} s, the slowest $max s"
+	[ -n "$first" ] && awk -v f="$first" -v b="$FIRST" 'BEGIN { exit !(f < b) }' &&
+		pass "discover_hostile: serve $*: first scrape answered $first s after start (< $FIRST s)" ||
+		fail "discover_hostile: serve $*: first scrape within $FIRST s of start" "${first:-never}; $(head -3 "$TMP/$name.err")"
+	[ "$n" -ge 3 ] && awk -v m="$max" -v b="$SCRAPE" 'BEGIN { exit !(m < b) }' &&
+		pass "discover_hostile: serve $*: $n scrapes over $WINDOW s, the slowest $max s (< $SCRAPE s)" ||
+		fail "discover_hostile: serve $*: no scrape takes $SCRAPE s" "$n scrapes, the slowest $max s"
+}
+serve_window qmp --source qmp
+serve_window auto
+grep -q "pid=\"$GOOD\"" "$TMP/auto.last" &&
+	pass "discover_hostile: serve (auto) exports the good VM beside them" ||
+	fail "discover_hostile: serve (auto) exports the good VM" "$(grep -c . "$TMP/auto.last") lines"
+
+# record -s 0.1 of the good VM, host-wide discovery beside the fakes.
+"$KVMSTATS" record -s 0.1 --duration "$(slow_s 6)" --refresh 1 -o "$TMP/rec.kvl" \
+	2>"$TMP/rec.err"
+rc=$?
+"$KVMSTATS" replay --json "$TMP/rec.kvl" 2>/dev/null |
+	jq -r --argjson p "$GOOD" 'select(any(.vms[]; .pid == $p)) | .time' >"$TMP/times"
+read -r n worst <<<"$(awk 'NR > 1 { d = $1 - p; e = d - 0.1; if (e < 0) e = -e;
+	if (e > w) w = e; n++ } { p = $1 } END { printf "%d %.4f\n", n, w }' "$TMP/times")"
+echo "# record -s 0.1: rc $rc, $n intervals of the good VM, the farthest from 100 ms by $worst s"
+[ "$rc" = 0 ] && [ "$n" -ge "$(awk -v s="$(slow_s 6)" 'BEGIN { print int(s * 10 * 0.8) }')" ] &&
+	awk -v w="$worst" -v b="$JITTER" 'BEGIN { exit !(w <= b) }' &&
+	pass "discover_hostile: record -s 0.1 beside them: $n intervals, each within $worst s of 100 ms (<= $JITTER s)" ||
+	fail "discover_hostile: record -s 0.1 keeps its interval beside them" "rc $rc, $n intervals, worst $worst s: $(head -3 "$TMP/rec.err")"
