@@ -106,6 +106,27 @@ static void addr_text(int fd, char *out, size_t len)
 	}
 }
 
+/* --listen's form, checked as it is parsed (a usage error): ADDR:PORT
+ * with a port of 0..65535; whether ADDR resolves is open_listener's. */
+static bool listen_form_ok(const struct cli *cli, const char *l)
+{
+	const char *colon = strrchr(l, ':');
+	char *end;
+	long port;
+
+	if (!colon || !colon[1]) {
+		cli_err(cli, "--listen: '%s' is not ADDR:PORT", l);
+		return false;
+	}
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno || *end || port < 0 || port > 65535) {
+		cli_err(cli, "--listen: '%s': the port is not a number in 0..65535", l);
+		return false;
+	}
+	return true;
+}
+
 /* ADDR:PORT, [V6ADDR]:PORT, HOST:PORT or :PORT (every address). */
 static int open_listener(struct server *s)
 {
@@ -510,6 +531,8 @@ static int serve_opt(struct cli *cli, void *ctx, int key, const char *arg)
 		return used < 0 ? -1 : 0;
 	switch (key) {
 	case 'l':
+		if (!listen_form_ok(cli, arg))
+			return -1;
 		o->listen = arg;
 		return 0;
 	case OPT_WEB_CONFIG:

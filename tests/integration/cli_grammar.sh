@@ -360,3 +360,7 @@ check "plan --pid GONE: status 1, the reason said once" \
 	test "$rc" = 1 -a "$(cat "$TMP/pl.out" "$TMP/pl.err" | grep -c "pid $G: no such process")" = 1
 check "plan's table says what its last column is: the plan's own time" \
 	grep -q "CONV PLAN_TOOK$" "$TMP/pl.out"
+
+# serve --listen of the wrong form is a usage error (2), like any bad option.
+usage "serve --listen bogus" "--listen: 'bogus' is not ADDR:PORT" serve serve --listen bogus
+usage "serve --listen :99999" "--listen: ':99999': the port is not a number" serve serve --listen :99999
