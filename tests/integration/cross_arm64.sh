@@ -15,7 +15,7 @@ source "$(dirname "$0")/../lib.sh"
 CROSS=aarch64-linux-gnu
 MA=aarch64-linux-gnu
 PKGS="libc6-dev linux-libc-dev libjson-c-dev libncurses-dev libmicrohttpd-dev
-libcap-ng-dev zlib1g-dev libyaml-dev libcrypt-dev libcmocka-dev"
+libcap-ng-dev zlib1g-dev libzstd-dev libyaml-dev libcrypt-dev libcmocka-dev"
 CACHE=${KVMSTATS_CROSS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvmstats}
 # A new package list is a new sysroot.
 KEY=$(echo "$PKGS" | md5sum | cut -c1-8)
@@ -59,7 +59,7 @@ if [ ! -d "$SR" ]; then
 		exit 1
 	fi
 fi
-check "arm64 sysroot with json-c, ncurses, microhttpd, cap-ng, zlib, yaml, crypt" \
+check "arm64 sysroot with json-c, ncurses, microhttpd, cap-ng, zlib, zstd, yaml, crypt" \
 	test -f "$SR/usr/include/json-c/json.h" -a -f "$SR/usr/lib/$MA/libmicrohttpd.so" \
 	-a -f "$SR/usr/include/linux/kvm.h"
 
