@@ -146,6 +146,27 @@ within() {
 	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
 }
 
+# need_debugfs NAME: debugfs at $DBG with KVM's directory in it. Mounting
+# it is the administrator's choice: mounted here only when it is not, and
+# then unmounted at exit (lazily if busy). Says skip for NAME and returns
+# 1 when it cannot be had (the caller exits).
+DBG=/sys/kernel/debug
+need_debugfs() {
+	DBG_MOUNTED=0
+	if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
+		if ! mount -t debugfs none "$DBG" 2>/dev/null; then
+			skip "$1" "debugfs cannot be mounted here"
+			return 1
+		fi
+		DBG_MOUNTED=1
+	fi
+	trap 'cleanup; [ "$DBG_MOUNTED" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
+	if [ ! -d "$DBG/kvm" ]; then
+		skip "$1" "debugfs has no kvm directory"
+		return 1
+	fi
+}
+
 # without_kvm CMD...: run CMD (as root) in a private mount namespace whose
 # /dev is a fresh tmpfs with the usual nodes, its own ptys, and no kvm:
 # a host without KVM, for the offline paths.

@@ -15,24 +15,7 @@ for c in jq unshare; do
 	fi
 done
 
-DBG=/sys/kernel/debug
-# Mounting debugfs is the administrator's choice: the test mounts it only
-# when it is not, and unmounts only what it mounted.
-mounted=0
-if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
-	if ! mount -t debugfs none "$DBG" 2>/dev/null; then
-		skip debugfs "debugfs cannot be mounted here"
-		exit 0
-	fi
-	mounted=1
-fi
-# Lazily if busy: another reader (a kvmstats of someone else) may hold
-# files of it; the mount point is gone at once all the same.
-trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
-if [ ! -d "$DBG/kvm" ]; then
-	skip debugfs "debugfs has no kvm directory"
-	exit 0
-fi
+need_debugfs debugfs || exit 0
 
 # Two VMMs with 2 VMs x 3 vCPUs each, every vCPU halted in the kernel
 # (in-kernel irqchip, 4 s LAPIC timer per halt) for ~40 s, times the

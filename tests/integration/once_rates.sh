@@ -146,17 +146,7 @@ echo "# record --log: $stat: kernel $k/s, first line ${rate:-?}/s"
 agree "record --log's first line agrees with the kernel (qmp)" "$k" "$rate"
 
 # ---- debugfs: a slow read, or none where the kernel refuses it -------
-DBG=/sys/kernel/debug
-# Mounted only if it is not, unmounted only if mounted here.
-mounted=0
-if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
-	mount -t debugfs none "$DBG" 2>/dev/null && mounted=1
-fi
-trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
-if [ ! -d "$DBG/kvm" ]; then
-	skip "-1 --source debugfs" "debugfs cannot be mounted here, or has no kvm directory"
-	exit 0
-fi
+need_debugfs "-1 --source debugfs" || exit 0
 dir=$(ls -d "$DBG/kvm/$Q"-* 2>/dev/null | head -1)
 if [ -n "$dir" ] && ! cat "$dir/exits" >/dev/null 2>&1; then
 	# Locked down: the counters are unknown, never a rate of 0.

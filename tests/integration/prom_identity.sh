@@ -17,16 +17,7 @@ for c in curl promtool; do
 	fi
 done
 
-DBG=/sys/kernel/debug
-mounted=0
-if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
-	if ! mount -t debugfs none "$DBG" 2>/dev/null; then
-		skip prom_identity "debugfs cannot be mounted here"
-		exit 0
-	fi
-	mounted=1
-fi
-trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
+need_debugfs prom_identity || exit 0
 
 # Two VMMs of 2 vCPUs: F holds its stats fds, D holds none (debugfs).
 start_vmm --vcpus 2 --workload halt --hold-stats --name idfd || { fail "tinyvmm (fd) started"; exit 0; }

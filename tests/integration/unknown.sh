@@ -19,22 +19,7 @@ for c in jq curl; do
 	fi
 done
 
-DBG=/sys/kernel/debug
-# Mounting debugfs is the administrator's choice: mounted only when it is
-# not, and unmounted only if mounted here.
-mounted=0
-if [ "$(stat -f -c %T "$DBG" 2>/dev/null)" != debugfs ]; then
-	if ! mount -t debugfs none "$DBG" 2>/dev/null; then
-		skip unknown "debugfs cannot be mounted here"
-		exit 0
-	fi
-	mounted=1
-fi
-trap 'cleanup; [ "$mounted" = 1 ] && { umount "$DBG" 2>/dev/null || umount -l "$DBG"; }' EXIT
-if [ ! -d "$DBG/kvm" ]; then
-	skip unknown "debugfs has no kvm directory"
-	exit 0
-fi
+need_debugfs unknown || exit 0
 
 # A VMM that holds no stats fds and keeps exiting (debugfs is its way in).
 start_vmm --workload dirty --pages 1 --exits 10 --pass-hz 200 --name unk ||
