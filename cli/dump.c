@@ -632,6 +632,9 @@ int cmd_dump(struct cli *cli, int argc, char **argv)
 	ret = EXIT_FAIL;
 	if (targets_open(cli, &t, &d.t))
 		goto out;
+	/* Nothing in sight: say that other users' VMMs are hidden, if so. */
+	if (!t.nvmms && !d.t.nfiles && !d.t.npids)
+		target_warn_hidden(cli);
 	if (cli->format == OUT_JSON)
 		print_json(cli, &t);
 	else if (cli->format == OUT_CSV)

@@ -979,6 +979,8 @@ int cmd_record(struct cli *cli, int argc, char **argv)
 	}
 	if (!r.a.npids && refresh(&r, true))
 		goto out;
+	if (!r.nsel && !r.a.npids)
+		target_warn_hidden(cli);	/* other users' VMMs */
 	if (!r.nsel)
 		cli_warn(cli, "no VM to record yet; VMs that start will be picked up");
 	install_signals();

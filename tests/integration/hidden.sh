@@ -45,6 +45,12 @@ check "list --pid ROOT_VMM as nobody: its fds cannot be seen, not 'not a VMM'" \
 as_nobody -1 --interval 0.2 >"$TMP/once.out" 2>"$TMP/once.err"
 check "-1 as nobody: warns that other users' VMMs are hidden" \
 	grep -q "cannot be seen by uid" "$TMP/once.err"
+as_nobody dump >"$TMP/dump.out" 2>"$TMP/dump.err"
+check "dump as nobody: warns that other users' VMMs are hidden" \
+	grep -q "cannot be seen by uid $(id -u nobody)" "$TMP/dump.err"
+as_nobody record --log --count 1 >"$TMP/rec.out" 2>"$TMP/rec.err"
+check "record as nobody: warns that other users' VMMs are hidden" \
+	grep -q "cannot be seen by uid $(id -u nobody)" "$TMP/rec.err"
 as_nobody plan --methods pagemap >"$TMP/plan.out" 2>"$TMP/plan.err" ||
 	as_nobody plan >"$TMP/plan.out" 2>"$TMP/plan.err"
 check "plan as nobody: warns that other users' VMMs are hidden" \
