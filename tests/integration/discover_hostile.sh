@@ -51,7 +51,7 @@ now() { date +%s.%N; }
 # serve_window NAME ARGS...: start serve with ARGS, time its first
 # scrape, then scrape back to back for WINDOW seconds.
 serve_window() {
-	local name=$1 port t0 first="" max=0 n=0 t end out
+	local name=$1 port t0 first="" max=0 n=0 t end
 	shift
 	port=$(free_port)
 	t0=$(now)

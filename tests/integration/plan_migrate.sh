@@ -20,6 +20,7 @@
 # Prints the table of predicted against real.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
+# shellcheck disable=SC2154 # launch sets PID_<name> (eval)
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan_migrate

@@ -95,6 +95,7 @@ args=()
 for i in $(seq 0 999); do args+=(-mon "chardev=m$i,mode=control"); done
 items=$(printf 'x,%.0s' $(seq 449))
 for i in $(seq 0 999); do args+=(-chardev "socket,${items}id=m$i"); done
+# shellcheck disable=SC2054 # QEMU's options are comma-separated
 args+=(-chardev "socket,id=real,path=$TMP/real.sock,server=on,wait=off" -mon chardev=real,mode=control)
 hostile plain 1 "$TMP/real.sock" "${args[@]}" || { fail "qmp_bounds: plain starts"; exit 0; }
 P=$HPID
@@ -132,7 +133,7 @@ read -r nv e0 e9 io hw other <<<"$(jq -r '.vms[0].vcpus as $v | [($v | length),
 	$v[0].stats.exits, $v[9].stats.exits, $v[0].stats.io_exits,
 	($v[0].stats.halt_wait_hist | length),
 	([$v[0].stats | keys[] | select(test("^(big_|bad_)"))] | length)] | @tsv' "$TMP/h.json")"
-[ "$nv" = "$(ls -l /proc/$H/fd | grep -c 'anon_inode:kvm-vcpu')" ] && [ "$e0" = 1000 ] && [ "$e9" = 1009 ] && [ "$io" = 7 ] && [ "$hw" -gt 0 ] && [ "$other" = 0 ] &&
+[ "$nv" = "$(find /proc/"$H"/fd -lname 'anon_inode:kvm-vcpu*' | wc -l)" ] && [ "$e0" = 1000 ] && [ "$e9" = 1009 ] && [ "$io" = 7 ] && [ "$hw" -gt 0 ] && [ "$other" = 0 ] &&
 	pass "qmp_bounds: only the bad stats are left out: $nv vCPUs, exits, io_exits and halt_wait_hist kept" ||
 	fail "qmp_bounds: only the bad stats are left out" "vcpus $nv, exits $e0/$e9, io_exits $io, hist $hw, bad kept $other"
 grep -q "5 stats left out (first: " "$TMP/h.err" &&
@@ -174,7 +175,7 @@ kill "$S" "$W"
 HQ_BYTES=17800000 hostile arrays 1024 "$TMP/arr.sock" -qmp "unix:$TMP/arr.sock,server=on" ||
 	{ fail "qmp_bounds: arrays starts"; exit 0; }
 A=$HPID
-nfd=$(ls -l /proc/$A/fd | grep -c 'anon_inode:kvm-vcpu')
+nfd=$(find /proc/"$A"/fd -lname 'anon_inode:kvm-vcpu*' | wc -l)
 dump_peak a "$A" "$TMP/arr.sock"
 rc=$RC kb=$KB
 echo "# dump: $nfd vCPU fds, a 17.8 MB reply of [[],[],...]: rc $rc, peak RSS $kb kB; $(head -c 300 "$TMP/a.err")"
