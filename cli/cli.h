@@ -220,6 +220,8 @@ bool target_pid_hidden(pid_t pid);
 /* Warn (stderr) that other users' VMMs are hidden, if they may be;
  * returns how many processes are hidden. */
 int target_warn_hidden(struct cli *cli);
+/* Was every counter of @vm unknown at its last reading (and was it read)? */
+bool vm_no_counter(struct kvmstats_vm *vm);
 /* Warn about each VM of @v whose last sweep gave none of its counters
  * (a locked-down kernel's debugfs): its numbers are all unknown. */
 int target_warn_unknown(struct cli *cli, struct kvmstats_vmm *v);
@@ -263,14 +265,11 @@ void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 /* A compact bar of a histogram's non-empty range, `width` cells. */
 void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	      size_t len, int width);
+/* Why a VM read through @source has no counter known, for the user. */
+const char *unknown_reason(const char *source);
 /* A stat with its schema: {"value", "type", "unit", "base", "exponent"},
  * and for histograms "bucket_size" and "bounds" ([lo, hi) per bucket in
  * raw units, hi null for the last); @missing as for stats_json(). */
-/* Did @r's last reading give none of its counters (each one refused or
- * not kept: a locked-down kernel's debugfs)? */
-bool reader_no_counter(const struct kvmstats_reader *r);
-/* Why a VM read through @source has no counter known, for the user. */
-const char *unknown_reason(const char *source);
 struct json_object *stats_json_verbose(const struct kvmstats_schema *s,
 				       const void *data,
 				       const uint64_t *missing);

@@ -99,29 +99,6 @@ static void add_levels(struct json_object *o, const struct kvmstats_vm *vm)
 				       json_object_new_string(why));
 }
 
-/* Was every counter of @vm unknown at this reading (and was it read)? */
-static bool vm_no_counter(struct kvmstats_vm *vm)
-{
-	struct kvmstats_reader *r = kvmstats_vm__reader(vm);
-	bool read = false;
-	int index;
-
-	if (r && !kvmstats_reader__error(r)) {
-		if (!reader_no_counter(r))
-			return false;
-		read = true;
-	}
-	for (size_t i = 0; i < kvmstats_vm__num_vcpus(vm); i++) {
-		r = kvmstats_vm__vcpu(vm, i, &index);
-		if (!r || kvmstats_reader__error(r))
-			continue;
-		if (!reader_no_counter(r))
-			return false;
-		read = true;
-	}
-	return read;
-}
-
 static struct json_object *vm_json(struct kvmstats_vmm *v, struct kvmstats_vm *vm)
 {
 	struct json_object *o = json_object_new_object();

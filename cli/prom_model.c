@@ -662,29 +662,9 @@ int prom_model_update(struct prom_model *m, const struct kvmstats_host *h)
 	return err ? err : 1;
 }
 
-/* A reading that gave none of its target's counters (a locked-down
- * kernel refuses every debugfs counter file) is a failed read: its
+/* A reading that gave none of its target's counters is a failed read: its
  * series are left out, and the read-error counter (and its alert) says
  * so, rather than the VM looking idle or absent. */
-static bool no_counter(const struct kvmstats_reader *r, const uint64_t *miss)
-{
-	const struct kvmstats_stat *st;
-	bool any = false;
-
-	if (!miss)
-		return false;
-	kvmstats_schema__for_each (st, kvmstats_reader__schema(r)) {
-		uint32_t i = kvmstats_stat__index(st);
-
-		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
-			continue;
-		if (!((miss[i / 64] >> (i % 64)) & 1))
-			return false;
-		any = true;
-	}
-	return any;
-}
-
 void prom_model_prepare(struct prom_model *m)
 {
 	size_t series = 0;
@@ -706,7 +686,7 @@ void prom_model_prepare(struct prom_model *m)
 		}
 		t->data = cur->data;
 		t->missing = kvmstats_reader__missing(t->r);
-		if (no_counter(t->r, t->missing))
+		if (kvmstats_reader__no_counter(t->r))
 			m->src_errors[t->src]++;
 		age = kvmstats_reader__age_ns(t->r);
 		if (age > m->src_age_ns[t->src])

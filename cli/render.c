@@ -281,26 +281,6 @@ void hist_bar(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 	}
 }
 
-bool reader_no_counter(const struct kvmstats_reader *r)
-{
-	const uint64_t *miss = r ? kvmstats_reader__missing(r) : NULL;
-	const struct kvmstats_stat *st;
-	bool any = false;
-
-	if (!miss)
-		return false;
-	kvmstats_schema__for_each (st, kvmstats_reader__schema(r)) {
-		uint32_t i = kvmstats_stat__index(st);
-
-		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
-			continue;
-		if (!((miss[i / 64] >> (i % 64)) & 1))
-			return false;
-		any = true;
-	}
-	return any;
-}
-
 const char *unknown_reason(const char *source)
 {
 	if (source && !strcmp(source, "debugfs"))

@@ -393,28 +393,30 @@ int target_warn_hidden(struct cli *cli)
 	return h.procs;
 }
 
+bool vm_no_counter(struct kvmstats_vm *vm)
+{
+	struct kvmstats_reader *r = kvmstats_vm__reader(vm);
+	bool read = false;
+	int index;
+
+	for (size_t k = 0; k <= kvmstats_vm__num_vcpus(vm); k++) {
+		if (k)
+			r = kvmstats_vm__vcpu(vm, k - 1, &index);
+		if (!r || kvmstats_reader__error(r))
+			continue;
+		if (!kvmstats_reader__no_counter(r))
+			return false;
+		read = true;
+	}
+	return read;
+}
+
 int target_warn_unknown(struct cli *cli, struct kvmstats_vmm *v)
 {
 	int warned = 0;
 
 	for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
-		struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
-		struct kvmstats_reader *r = kvmstats_vm__reader(vm);
-		bool read = false, known = false;
-		int index;
-
-		if (r && kvmstats_reader__cur(r) && !kvmstats_reader__error(r)) {
-			read = true;
-			known |= !reader_no_counter(r);
-		}
-		for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++) {
-			r = kvmstats_vm__vcpu(vm, k, &index);
-			if (!r || !kvmstats_reader__cur(r) || kvmstats_reader__error(r))
-				continue;
-			read = true;
-			known |= !reader_no_counter(r);
-		}
-		if (!read || known)
+		if (!vm_no_counter(kvmstats_vmm__vm(v, j)))
 			continue;
 		cli_warn(cli, "pid %d (%s), VM %zu: no counter readable: %s",
 			 (int)kvmstats_vmm__pid(v), kvmstats_vmm__name(v), j,

@@ -422,6 +422,10 @@ kvmstats_reader__source(const struct kvmstats_reader *r);
  * when the source provides every stat. */
 KVMSTATS_API const uint64_t *
 kvmstats_reader__missing(const struct kvmstats_reader *r);
+/* Did the last read give none of the target's cumulative counters (a
+ * locked-down kernel refuses every debugfs counter file)? Such a reading
+ * is a failed one: nothing in it may be shown as a rate or a 0. */
+KVMSTATS_API bool kvmstats_reader__no_counter(const struct kvmstats_reader *r);
 /* Sweeps: a reader also owns two samples, allocated when it was opened,
  * so that a host-wide sweep allocates nothing. kvmstats_reader__sweep()
  * makes the current sample the previous one and reads a new current,

@@ -493,6 +493,26 @@ const uint64_t *kvmstats_reader__missing(const struct kvmstats_reader *r)
 	return r->any_missing ? r->missing : NULL;
 }
 
+bool kvmstats_reader__no_counter(const struct kvmstats_reader *r)
+{
+	const uint64_t *miss = r ? kvmstats_reader__missing(r) : NULL;
+	const struct kvmstats_stat *st;
+	bool any = false;
+
+	if (!miss)
+		return false;
+	kvmstats_schema__for_each (st, kvmstats_reader__schema(r)) {
+		uint32_t i = kvmstats_stat__index(st);
+
+		if (kvmstats_stat__type(st) != KVMSTATS_TYPE_CUMULATIVE)
+			continue;
+		if (!((miss[i / 64] >> (i % 64)) & 1))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
 void *kvmstats_reader__image(struct kvmstats_reader *r, size_t *len)
 {
 	unsigned char *img = NULL;
