@@ -629,22 +629,32 @@ static bool vm_has(const struct top_vm *vm, const char *stat)
 }
 
 /* The columns of the VMs in the model: those that are not rates, and
- * each rate some VM has. With no VM yet, x86's (what most hosts run). */
+ * each rate some VM has. With no VM yet, x86's (what most hosts run).
+ * VMs share their schemas (one per kernel and source): each pair of
+ * schemas is looked at once in a row, and the walk ends once every
+ * column is on. */
 static uint32_t model_cols(const struct top_model *m)
 {
-	uint32_t cols = 0;
+	const struct kvmstats_schema *sum = NULL, *stats = NULL;
+	uint32_t cols = 0, all = 0;
 
 	_Static_assert(sizeof(top_cols) / sizeof(top_cols[0]) <= 32,
 		       "a bit per column");
 	for (size_t c = 0; c < top_ncols; c++) {
-		bool on = top_cols[c].kind != COL_RATE;
-
-		for (size_t i = 0; !on && i < m->nvms; i++)
-			on = vm_has(m->vms[i], top_cols[c].stat);
-		if (!m->nvms && top_cols[c].kind == COL_RATE)
-			on = top_cols[c].x86;
-		if (on)
+		all |= 1u << c;
+		if (top_cols[c].kind != COL_RATE || (!m->nvms && top_cols[c].x86))
 			cols |= 1u << c;
+	}
+	for (size_t i = 0; i < m->nvms && cols != all; i++) {
+		const struct top_vm *vm = m->vms[i];
+
+		if (i && vm->sum.schema == sum && vm->stats.schema == stats)
+			continue;
+		sum = vm->sum.schema;
+		stats = vm->stats.schema;
+		for (size_t c = 0; c < top_ncols; c++)
+			if (!(cols & (1u << c)) && vm_has(vm, top_cols[c].stat))
+				cols |= 1u << c;
 	}
 	return cols;
 }
