@@ -146,6 +146,25 @@ within() {
 	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'
 }
 
+# need_tools NAME TOOL...: each TOOL is a command here; else says skip
+# for NAME and returns 1 (the caller exits).
+need_tools() {
+	local name=$1 t
+	shift
+	for t in "$@"; do
+		command -v "$t" >/dev/null && continue
+		skip "$name" "$t is not installed (scripts/deps.sh test)"
+		return 1
+	done
+}
+
+# The fake VMM of the hostile tests, run with Debian's python3 itself (a
+# wrapper script in front of it would drop the argv[0] it needs).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+HOSTILE=$ROOT/tests/tools/hostile_qmp.py
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+
 # need_debugfs NAME: debugfs at $DBG with KVM's directory in it. Mounting
 # it is the administrator's choice: mounted here only when it is not, and
 # then unmounted at exit (lazily if busy). Says skip for NAME and returns

@@ -13,12 +13,7 @@
 # WINDOW=SECONDS sets the serve window (default 8; 60 for the report).
 source "$(dirname "$0")/../lib.sh"
 require_kvm discover_hostile
-for t in python3 curl jq; do
-	command -v $t >/dev/null || { skip discover_hostile "$t is not installed"; exit 0; }
-done
-HOSTILE=$ROOT/tests/tools/hostile_qmp.py
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
+need_tools discover_hostile python3 curl jq || exit 0
 WINDOW=${WINDOW:-8}
 # Bounds: the figures asked for, on a release build. Under ASan and UBSan
 # (and in the emulated lab) the process runs 2-3 times slower: the first

@@ -26,12 +26,7 @@
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan
-for tool in "$QEMU" socat jq; do
-	if ! command -v "$tool" >/dev/null; then
-		skip plan "$tool is not installed (scripts/deps.sh test)"
-		exit 0
-	fi
-done
+need_tools plan "$QEMU" socat jq || exit 0
 if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
 	fail plan "build/kvmstats or build/mbguest.elf missing: run make build"
 	exit 0

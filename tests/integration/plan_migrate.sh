@@ -24,12 +24,7 @@
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm plan_migrate
-for tool in "$QEMU" socat jq; do
-	if ! command -v "$tool" >/dev/null; then
-		skip plan_migrate "$tool is not installed (scripts/deps.sh test)"
-		exit 0
-	fi
-done
+need_tools plan_migrate "$QEMU" socat jq || exit 0
 if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
 	fail plan_migrate "build/kvmstats or build/mbguest.elf missing: run make build"
 	exit 0

@@ -14,13 +14,7 @@
 # The "VMMs" are tests/tools/hostile_qmp.py holding real KVM fds.
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp_bounds
-for t in python3 jq curl; do
-	command -v $t >/dev/null || { skip qmp_bounds "$t is not installed"; exit 0; }
-done
-[ -x /usr/bin/time ] || { skip qmp_bounds "/usr/bin/time is not installed"; exit 0; }
-HOSTILE=$ROOT/tests/tools/hostile_qmp.py
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
+need_tools qmp_bounds python3 jq curl /usr/bin/time || exit 0
 # Peak RSS bounds, kB. Under ASan (shadow memory, a quarantine of freed
 # blocks) only a looser bound, still far below what these inputs cost
 # before (355 MB to 1.36 GB).

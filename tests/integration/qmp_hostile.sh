@@ -12,14 +12,7 @@
 # Both "VMMs" are tests/tools/hostile_qmp.py holding a real KVM VM.
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp_hostile
-for t in python3 socat jq; do
-	command -v $t >/dev/null || { skip qmp_hostile "$t is not installed"; exit 0; }
-done
-HOSTILE=$ROOT/tests/tools/hostile_qmp.py
-# Debian's python3 itself (a wrapper script in front of it would drop
-# the argv[0] the fake VMM needs).
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
+need_tools qmp_hostile python3 socat jq || exit 0
 
 # hostile MODE NVCPUS ARGS...: start it, argv[0] as QEMU's; sets HPID.
 hostile() {
