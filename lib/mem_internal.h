@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Internal declarations of the memory side (mem_*.c, migrate_model.c). */
+/* Internal declarations of the memory side (mem_*.c, migrate_*.c). */
 #ifndef KVMSTATS_MEM_INTERNAL_H
 #define KVMSTATS_MEM_INTERNAL_H
 
@@ -230,4 +230,23 @@ void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 		     const struct ks_mig_pages *pg, double *reported, double *wire);
 double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s);
+
+/* migrate_throttle.c: auto-converge's CPU throttle over the passes. */
+struct ks_throttle {
+	bool on;
+	unsigned int pct, high;	/* current throttle, periods over threshold */
+	double period_t, period_sent, period_dirty;
+	double throttled_s;
+	unsigned int max;
+};
+void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_settings *s,
+		      double now, double sent, double dirtied_pages);
+
+/* migrate_model.c: pre-copy over a dirty curve (@s NULL: QEMU 7.2's
+ * legacy defaults), as the plan runs it. */
+int ks_migrate_run(const struct kvmstats_migrate_input *input,
+		   const struct kvmstats_migrate_settings *s,
+		   const struct kvmstats_compress_estimate *c,
+		   struct kvmstats_migrate_prediction *out,
+		   struct kvmstats_migrate_detail *d);
 #endif

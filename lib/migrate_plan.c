@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The plan for one VM: gathers the model's inputs (the RAM, the zero
+ * estimates, the dirty curve, QEMU's migration settings and the caller's
+ * overrides), runs the model (migrate_model.c) and keeps the result.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem_internal.h"
+
+/* ---- the plan ---- */
+
+struct kvmstats_plan {
+	struct kvmstats_plan_opts o;
+	struct kvmstats_scan_opts scan;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	struct kvmstats_dirty *dirty;
+	struct kvmstats_plan_vm res;
+	struct kvmstats_migrate_settings mig;
+	struct kvmstats_migrate_overrides ov;
+	struct kvmstats_migrate_detail detail;
+	uint64_t t0;
+};
+
+static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->res.error)
+		return err;
+	p->res.error = err;
+	va_start(ap, fmt);
+	vsnprintf(p->res.error_msg, sizeof(p->res.error_msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* The settings: QEMU's (over QMP), else its defaults; the options over
+ * both. */
+static void pick_link(struct kvmstats_plan *p)
+{
+	struct kvmstats_plan_vm *r = &p->res;
+	struct kvmstats_migrate_overrides ov = p->ov;
+
+	if (kvmstats_ram__max_bandwidth(p->ram) || p->ram->mig_read) {
+		p->mig = p->ram->mig;
+	} else {
+		memset(&p->mig, 0, sizeof(p->mig));
+		ks_migrate_defaults(&p->mig);
+	}
+	if (p->o.bandwidth > 0)
+		ov.bandwidth = p->o.bandwidth;
+	if (p->o.downtime_ms > 0)
+		ov.downtime_ms = p->o.downtime_ms;
+	ks_migrate_override(&p->mig, &ov);
+	r->bandwidth = p->mig.bandwidth;
+	r->bandwidth_source = kvmstats_mig_src_str(p->mig.src[KVMSTATS_MIG_BANDWIDTH]);
+	r->downtime_s = p->mig.downtime_s;
+}
+
+int kvmstats_plan__set_overrides(struct kvmstats_plan *p,
+				 const struct kvmstats_migrate_overrides *o)
+{
+	int err = ks_opts_copy(&p->ov, sizeof(p->ov), o);
+
+	if (err)
+		return err;
+	pick_link(p);
+	return 0;
+}
+
+const struct kvmstats_migrate_settings *kvmstats_plan__settings(const struct kvmstats_plan *p)
+{
+	return &p->mig;
+}
+
+const struct kvmstats_migrate_detail *kvmstats_plan__detail(const struct kvmstats_plan *p)
+{
+	return &p->detail;
+}
+
+/* Say plainly what is on but not modelled. */
+static void not_modelled(struct kvmstats_plan *p)
+{
+	const struct kvmstats_migrate_settings *s = &p->mig;
+	char *b = p->detail.not_modelled;
+	size_t len = sizeof(p->detail.not_modelled), k = 0;
+	const char *what[] = {
+		s->postcopy ? "postcopy-ram (the switch to post-copy)" : NULL,
+		s->xbzrle ? "xbzrle (its delta encoding)" : NULL,
+		s->multifd && s->compress == KVMSTATS_MIG_COMPRESS_OTHER ?
+			"this multifd-compression (taken as none)" : NULL,
+	};
+
+	b[0] = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(what); i++) {
+		int n;
+
+		if (!what[i] || k >= len)
+			continue;
+		n = snprintf(b + k, len - k, "%s%s", k ? "; " : "", what[i]);
+		k += n > 0 ? (size_t)n : 0;
+	}
+}
+
+struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_opts *opts,
+					 char *errbuf, size_t errbuf_sz)
+{
+	struct kvmstats_ram_opts ro;
+	struct kvmstats_plan *p = calloc(1, sizeof(*p));
+	char why[64];
+	int err = p ? ks_opts_copy(&p->o, sizeof(p->o), opts) : -ENOMEM;
+
+	if (!err)
+		err = ks_opts_copy(&ro, sizeof(ro), p->o.ram);
+	if (!err)
+		err = ks_opts_copy(&p->scan, sizeof(p->scan), p->o.scan);
+	if (err)
+		goto err;
+	p->scan.sz = sizeof(p->scan);	/* it was zero-filled when NULL */
+	p->t0 = ks_now_ns();
+	if (!p->o.methods)
+		p->o.methods = 1u << KVMSTATS_METHOD_SCAN;
+	/* Say so of a process that is no VMM (pid 1, a typo), rather than
+	 * that its memory holds nothing like guest RAM. */
+	err = ks_proc_vmm_check(pid, why, sizeof(why));
+	if (err) {
+		ks_err(errbuf, errbuf_sz, "pid %d: %s", (int)pid, why);
+		goto err;
+	}
+	ro.sz = sizeof(ro);
+	ro.errbuf = errbuf;
+	ro.errbuf_sz = errbuf_sz;
+	p->ram = kvmstats_ram__open(pid, &ro);
+	if (!p->ram) {
+		err = -errno;
+		goto err;
+	}
+	p->res.pid = pid;
+	kvmstats_proc__name(pid, p->res.name, sizeof(p->res.name));
+	p->res.memory_bytes = kvmstats_ram__bytes(p->ram);
+	p->res.pages = p->res.memory_bytes / KS_PAGE;
+	p->res.method = KVMSTATS_METHOD_NR;
+	p->ov = (struct kvmstats_migrate_overrides){
+		.sz = sizeof(p->ov), .compress = -1, .auto_converge = -1, .postcopy = -1 };
+	pick_link(p);
+	return p;
+err:
+	free(p);
+	errno = -err;
+	return NULL;
+}
+
+void kvmstats_plan__free(struct kvmstats_plan *p)
+{
+	if (!p)
+		return;
+	kvmstats_dirty__free(p->dirty);
+	kvmstats_pages__free(p->pg);
+	kvmstats_ram__free(p->ram);
+	free(p);
+}
+
+const struct kvmstats_ram *kvmstats_plan__ram(const struct kvmstats_plan *p)
+{
+	return p->ram;
+}
+
+const struct kvmstats_plan_vm *kvmstats_plan__result(const struct kvmstats_plan *p)
+{
+	return &p->res;
+}
+
+void kvmstats_plan__set_progress(struct kvmstats_plan *p, kvmstats_progress_fn fn,
+				 void *arg)
+{
+	p->scan.progress = fn;
+	p->scan.progress_arg = arg;
+}
+
+static void done(struct kvmstats_plan *p, enum kvmstats_method m)
+{
+	p->res.done |= 1u << m;
+}
+
+int kvmstats_plan__stats(struct kvmstats_plan *p, const struct kvmstats_vmm *vmm)
+{
+	int err = kvmstats_estimate__stats(vmm, p->res.pages,
+					   &p->res.est[KVMSTATS_METHOD_STATS]);
+
+	if (!err)
+		done(p, KVMSTATS_METHOD_STATS);
+	return err;
+}
+
+static bool wants(const struct kvmstats_plan *p, enum kvmstats_method m)
+{
+	return p->o.methods & (1u << m);
+}
+
+static int classify(struct kvmstats_plan *p)
+{
+	if (p->pg)
+		return 0;
+	p->pg = kvmstats_pages__classify(p->ram, &(struct kvmstats_pages_opts){
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = p->o.pagemap_mode });
+	if (!p->pg)
+		return fail(p, -errno, "%s", errno == ESRCH ? "the VM exited" :
+			    strerror(errno));
+	p->res.counts = *kvmstats_pages__counts(p->pg);
+	return 0;
+}
+
+/* The most pages any pass found missing (the VMM took them away while
+ * we read), the dirty-rate passes included. */
+static void note_missing(struct kvmstats_plan *p)
+{
+	struct kvmstats_plan_vm *r = &p->res;
+
+	for (int m = 0; m < KVMSTATS_METHOD_NR; m++)
+		if ((r->done & (1u << m)) && r->est[m].missing_pages > r->missing_pages)
+			r->missing_pages = r->est[m].missing_pages;
+	if (r->dirty_measured && r->dirty.missing_pages > r->missing_pages)
+		r->missing_pages = r->dirty.missing_pages;
+}
+
+static int estimate(struct kvmstats_plan *p)
+{
+	struct kvmstats_estimate *est = p->res.est;
+	int err = 0;
+
+	if (p->o.methods == 1u << KVMSTATS_METHOD_STATS &&
+	    (p->o.flags & KVMSTATS_PLAN_ASSUME_CLEAN))
+		return 0;
+	err = classify(p);
+	if (err)
+		return err;
+	if (wants(p, KVMSTATS_METHOD_PAGEMAP)) {
+		kvmstats_pages__estimate(p->pg, &est[KVMSTATS_METHOD_PAGEMAP]);
+		done(p, KVMSTATS_METHOD_PAGEMAP);
+	}
+	if (wants(p, KVMSTATS_METHOD_SAMPLE)) {
+		err = kvmstats_pages__sample(p->pg, &(struct kvmstats_sample_opts){
+			.sz = sizeof(struct kvmstats_sample_opts),
+			.pages_per_gib = p->o.sample_pages_per_gib,
+			.seed = p->o.seed, .zero = p->scan.zero },
+			&est[KVMSTATS_METHOD_SAMPLE]);
+		done(p, KVMSTATS_METHOD_SAMPLE);
+		if (err)
+			return fail(p, err, "sample: %s", err == -ESRCH ?
+				    "the VM exited" : strerror(-err));
+	}
+	if (wants(p, KVMSTATS_METHOD_SCAN)) {
+		err = kvmstats_pages__scan(p->pg, &p->scan, &est[KVMSTATS_METHOD_SCAN]);
+		done(p, KVMSTATS_METHOD_SCAN);
+		if (err)
+			return fail(p, err, "scan: %s", err == -ESRCH ?
+				    "the VM exited during the scan" : strerror(-err));
+	}
+	return 0;
+}
+
+int kvmstats_plan__estimate(struct kvmstats_plan *p)
+{
+	int err = estimate(p);
+
+	note_missing(p);
+	return err;
+}
+
+int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
+{
+	int err;
+
+	if (p->o.flags & KVMSTATS_PLAN_ASSUME_CLEAN)
+		return 0;
+	err = classify(p);
+	if (err)
+		return err;
+	p->dirty = kvmstats_dirty__new(p->pg, &(struct kvmstats_dirty_opts){
+		.sz = sizeof(struct kvmstats_dirty_opts),
+		.pages_per_gib = p->o.dirty_pages_per_gib, .seed = p->o.seed });
+	if (!p->dirty)
+		return fail(p, -errno, "dirty rate: %s", errno == ESRCH ?
+			    "the VM exited" : strerror(errno));
+	return 0;
+}
+
+int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
+{
+	int err;
+
+	if (!p->dirty)
+		return 0;
+	err = kvmstats_dirty__point(p->dirty);
+	if (err)
+		return fail(p, err, "dirty rate: %s", err == -ESRCH ?
+			    "the VM exited" : strerror(-err));
+	p->res.dirty_measured = !kvmstats_dirty__result(p->dirty, &p->res.dirty);
+	note_missing(p);
+	return 0;
+}
+
+/* Which mechanism runs the migration; compress a sample when multifd
+ * compresses (bounded: 4096 pages, half a second). */
+static void mechanism(struct kvmstats_plan *p)
+{
+	struct kvmstats_migrate_detail *d = &p->detail;
+	const struct kvmstats_migrate_settings *s = &p->mig;
+	bool zc = s->multifd && (s->compress == KVMSTATS_MIG_COMPRESS_ZLIB ||
+				 s->compress == KVMSTATS_MIG_COMPRESS_ZSTD);
+
+	memset(&d->compress, 0, sizeof(d->compress));
+	d->mechanism = !s->multifd ? "legacy" : !zc ? "multifd" :
+		       s->compress == KVMSTATS_MIG_COMPRESS_ZLIB ? "multifd+zlib" :
+								   "multifd+zstd";
+	not_modelled(p);
+	if (!zc)
+		return;
+	if (classify(p) || ks_compress_sample(p->pg, s->compress, s->level, p->o.seed,
+					      4096, 0.5, &d->compress))
+		snprintf(d->compress.note, sizeof(d->compress.note),
+			 "no sample could be compressed: taken as incompressible");
+}
+
+/* The most precise valid estimate made. */
+static int best_method(const struct kvmstats_plan_vm *r)
+{
+	static const enum kvmstats_method order[] = {
+		KVMSTATS_METHOD_SCAN, KVMSTATS_METHOD_SAMPLE,
+		KVMSTATS_METHOD_PAGEMAP, KVMSTATS_METHOD_STATS,
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(order); i++)
+		if ((r->done & (1u << order[i])) && r->est[order[i]].valid)
+			return order[i];
+	return -1;
+}
+
+int kvmstats_plan__predict(struct kvmstats_plan *p)
+{
+	struct kvmstats_plan_vm *r = &p->res;
+	const struct kvmstats_estimate *e;
+	uint64_t names = 0;
+	int m = best_method(r), err;
+
+	r->elapsed_s = ks_secs(ks_now_ns() - p->t0);
+	if (r->error)
+		return r->error;
+	if (m < 0)
+		return fail(p, -ENODATA, "no estimate could be made%s%s",
+			    r->est[KVMSTATS_METHOD_STATS].note[0] ? ": " : "",
+			    r->est[KVMSTATS_METHOD_STATS].note);
+	r->method = (enum kvmstats_method)m;
+	e = &r->est[m];
+	for (size_t i = 0; i < kvmstats_ram__count(p->ram); i++)
+		names += strlen(kvmstats_ram__region(p->ram, i)->name);
+	mechanism(p);
+	err = ks_migrate_run(&(struct kvmstats_migrate_input){
+		.sz = sizeof(struct kvmstats_migrate_input),
+		.zero_pages = e->zero_pages, .nonzero_pages = e->nonzero_pages,
+		.unknown_pages = e->unknown_pages,
+		.nblocks = (uint32_t)kvmstats_ram__count(p->ram),
+		.block_name_bytes = names,
+		.curve = r->dirty_measured ? r->dirty.points : NULL,
+		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
+		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s }, &p->mig,
+		&p->detail.compress, &r->pred, &p->detail);
+	if (err)
+		return fail(p, err, "model: %s", strerror(-err));
+	r->predicted = true;
+	return 0;
+}
+
+int kvmstats_plan__run(struct kvmstats_plan *p)
+{
+	double interval = p->o.interval_s > 0 ? p->o.interval_s : 1;
+	uint32_t points = p->o.dirty_points ? p->o.dirty_points : 4;
+	int err = 0;
+
+	if (p->o.methods & (1u << KVMSTATS_METHOD_STATS) &&
+	    !(p->res.done & (1u << KVMSTATS_METHOD_STATS)))
+		kvmstats_plan__stats(p, NULL);
+	err = kvmstats_plan__estimate(p);
+	if (!err)
+		err = kvmstats_plan__dirty_begin(p);
+	for (uint32_t i = 0; !err && p->dirty && i < points; i++) {
+		double at = interval / (double)(1u << (points - 1 - i));
+
+		ks_sleep(at - ks_dirty_age(p->dirty));
+		err = kvmstats_plan__dirty_point(p);
+	}
+	return err ? err : kvmstats_plan__predict(p);
+}
+
+int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
+			      const struct kvmstats_plan_vm *b)
+{
+	bool ga = !a->error && a->predicted, gb = !b->error && b->predicted;
+
+	if (ga != gb)
+		return ga ? -1 : 1;
+	if (ga && a->pred.converges != b->pred.converges)
+		return a->pred.converges ? -1 : 1;
+	if (ga && a->pred.seconds != b->pred.seconds)
+		return a->pred.seconds < b->pred.seconds ? -1 : 1;
+	return (a->pid > b->pid) - (a->pid < b->pid);
+}

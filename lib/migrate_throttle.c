@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Auto-converge, as QEMU's migration_trigger_throttle() and
+ * mig_throttle_guest_down() do it (7.2 to 10.0, read for facts only): at
+ * a dirty-bitmap sync at least a second after the previous period began,
+ * if the bytes dirtied in the period exceed throttle-trigger-threshold
+ * (50%) of the bytes sent in it for the second time, the throttle starts
+ * at cpu-throttle-initial or grows by cpu-throttle-increment, up to 99%.
+ * A throttled vCPU runs (100 - throttle)% of the time, so the guest's own
+ * time, on which its dirty curve is measured, advances that much slower.
+ */
+#include "mem_internal.h"
+
+void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_settings *s,
+		      double now, double sent, double dirtied_pages)
+{
+	th->period_sent += sent;
+	th->period_dirty += dirtied_pages * KS_PAGE;
+	if (!th->on || now - th->period_t < 1.0)
+		return;
+	if (th->period_dirty > th->period_sent * 0.5 && ++th->high >= 2) {
+		th->high = 0;
+		th->pct = th->pct ? th->pct + s->throttle_increment : s->throttle_initial;
+		if (th->pct > 99)
+			th->pct = 99;
+		if (th->pct > th->max)
+			th->max = th->pct;
+	}
+	th->period_t = now;
+	th->period_sent = th->period_dirty = 0;
+}
