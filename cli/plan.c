@@ -417,6 +417,42 @@ static void dirty_all(const struct plan_args *a, struct vm_row *rows, size_t n)
 	}
 }
 
+/* Where a VM's verdict depends on the sample (its low and high dirty
+ * curves disagree), measure on: one more interval on the same curve, at
+ * most PLAN_EXTRA times, every such VM in the same interval. */
+#define PLAN_EXTRA 2
+
+static bool uncertain(const struct vm_row *row)
+{
+	return row->p && !row->res->error && row->res->predicted &&
+	       row->res->dirty_measured &&
+	       row->res->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN;
+}
+
+static void predict_all(const struct plan_args *a, struct vm_row *rows, size_t n)
+{
+	double interval = a->interval > 0 ? a->interval : 1, t0 = now_s();
+
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].p)
+			kvmstats_plan__predict(rows[i].p);
+	for (unsigned int k = 1; a->interval != 0 && k <= PLAN_EXTRA; k++) {
+		size_t more = 0;
+
+		for (size_t i = 0; i < n; i++)
+			more += uncertain(&rows[i]);
+		if (!more)
+			return;
+		sleep_until(t0 + interval * k);
+		for (size_t i = 0; i < n; i++) {
+			if (!uncertain(&rows[i]))
+				continue;
+			kvmstats_plan__dirty_extend(rows[i].p);
+			kvmstats_plan__predict(rows[i].p);
+		}
+	}
+}
+
 static int cmp_rows(const void *x, const void *y)
 {
 	const struct vm_row *a = x, *b = y;
@@ -462,7 +498,7 @@ static const struct cli_opt plan_opts[] = {
 	{ "auto-converge", OPT_AUTO_CONVERGE, 0, NULL, NULL,
 	  "the migration will auto-converge (its CPU throttle is modelled)" },
 	{ "postcopy", OPT_POSTCOPY, 0, NULL, NULL,
-	  "the migration may switch to post-copy (not modelled yet: said so)" },
+	  "the migration will switch to post-copy after the first pass" },
 	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
 	  "every method's estimate and the RAM regions of each VM" },
 	CLI_OPTS_TARGET,
@@ -515,9 +551,7 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 		read_stats(cli, &a, rows, (size_t)n);
 	estimate_all(cli, &a, rows, (size_t)n);
 	dirty_all(&a, rows, (size_t)n);
-	for (int i = 0; i < n; i++)
-		if (rows[i].p)
-			kvmstats_plan__predict(rows[i].p);
+	predict_all(&a, rows, (size_t)n);
 	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
 	for (int i = 0; i < n; i++) {
 		failed += !rows[i].p || rows[i].res->error;

@@ -145,7 +145,19 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	jset(o, "assumed_clean", json_object_new_boolean(p->assumed_clean));
 	jset(o, "predicted_transfer_bytes", ju64(p->bytes));
 	jset(o, "predicted_seconds", jnum(p->seconds));
-	jset(o, "converges", json_object_new_boolean(p->converges));
+	/* null where the sample decides (the verdict says "uncertain") */
+	jset(o, "converges", p->verdict == KVMSTATS_VERDICT_UNCERTAIN ? NULL :
+			     json_object_new_boolean(p->verdict == KVMSTATS_VERDICT_CONVERGES));
+	jset(o, "predicted_seconds_interval", interval_json(p->seconds_lo, p->seconds_hi));
+	jset(o, "predicted_transfer_bytes_interval",
+	     interval_json(p->bytes_lo, p->bytes_hi));
+	jset(j, "verdict", jstr(kvmstats_verdict_str(p->verdict)));
+	jset(j, "dirty_samples", json_object_new_int((int)p->dirty_samples));
+	jset(j, "postcopy", json_object_new_boolean(p->postcopy));
+	jset(j, "postcopy_seconds", p->postcopy ? jnum(p->postcopy_s) : NULL);
+	jset(j, "postcopy_bytes", p->postcopy ? ju64(p->postcopy_bytes) : NULL);
+	jset(j, "postcopy_bandwidth_bytes_per_second",
+	     p->postcopy ? jnum(p->postcopy_bw) : NULL);
 	jset(j, "passes", json_object_new_int((int)p->passes));
 	jset(j, "first_pass_bytes", ju64(p->first_pass_bytes));
 	jset(j, "final_bytes", ju64(p->final_bytes));
@@ -294,6 +306,12 @@ static void zero_bar(double share, int w, char *buf, size_t len)
 					 i < full ? "\u2588" : "\u00b7");
 }
 
+static const char *conv_str(enum kvmstats_verdict v)
+{
+	return v == KVMSTATS_VERDICT_CONVERGES ? "yes" :
+	       v == KVMSTATS_VERDICT_NO ? "NO" : "?";
+}
+
 static void print_row(const struct vm_row *row, int rank)
 {
 	const struct kvmstats_plan_vm *r = row->res;
@@ -324,7 +342,7 @@ static void print_row(const struct vm_row *row, int rank)
 	printf("%-4d %-7d %-16.16s %10s %-7s %5.1f%% %5.1f%% %s %12s %10s %9s %-4s %9s\n",
 	       rank, (int)r->pid, safe_str(r->name), mem, kvmstats_method_str(r->method),
 	       100 * e->coverage, 100 * share, bar, dirty, xfer, secs,
-	       r->pred.converges ? "yes" : "NO", cost);
+	       conv_str(r->pred.verdict), cost);
 }
 
 /* -v: the settings the model used and where each came from. */
@@ -352,6 +370,30 @@ static void print_settings(const struct kvmstats_plan *p)
 		       d->max_throttle, d->throttled_s);
 	if (d->not_modelled[0])
 		printf("  not modelled: %s\n", d->not_modelled);
+}
+
+/* -v: the verdict and the intervals the inputs' uncertainty gives. */
+static void print_verdict(const struct kvmstats_plan_vm *r)
+{
+	const struct kvmstats_migrate_prediction *p = &r->pred;
+	char s0[16], s1[16], b0[16], b1[16];
+
+	human_secs(p->seconds_lo, s0, sizeof(s0));
+	human_secs(p->seconds_hi, s1, sizeof(s1));
+	human_bytes(p->bytes_lo, b0, sizeof(b0));
+	human_bytes(p->bytes_hi, b1, sizeof(b1));
+	printf("  verdict: %s after %u dirty-rate interval(s); time [%s .. %s], "
+	       "transfer [%s .. %s]%s\n", kvmstats_verdict_str(p->verdict),
+	       p->dirty_samples, s0, s1, isnan(p->bytes_lo) ? "-" : b0,
+	       isnan(p->bytes_hi) ? "-" : b1,
+	       isnan(p->seconds_hi) && !isnan(p->seconds_lo) ?
+		       " (- : the high bound does not converge)" : "");
+	if (!p->postcopy)
+		return;
+	human_secs(p->postcopy_s, s0, sizeof(s0));
+	printf("  post-copy: %s with the guest on the destination, faulting in "
+	       "%.1f MiB from the source at %.1f MiB/s\n", s0,
+	       (double)p->postcopy_bytes / 1048576.0, p->postcopy_bw / 1048576.0);
 }
 
 static void print_estimates(const struct vm_row *row, bool verbose)
@@ -398,6 +440,8 @@ static void print_estimates(const struct vm_row *row, bool verbose)
 	if (r->predicted)
 		printf("  model: %s at %.0f MiB/s (%s), downtime limit %.0f ms\n", r->pred.note,
 		       r->bandwidth / 1048576.0, r->bandwidth_source, r->downtime_s * 1e3);
+	if (r->predicted && verbose)
+		print_verdict(r);
 	if (r->predicted && verbose)
 		print_settings(row->p);
 }

@@ -2,6 +2,7 @@
 /* kvmstats serve: the migration planner (--plan-interval); see serve.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -41,6 +42,12 @@ enum {
 	PG_BYTES,
 	PG_SECONDS,
 	PG_CONVERGES,
+	PG_SECONDS_LO,
+	PG_SECONDS_HI,
+	PG_BYTES_LO,
+	PG_BYTES_HI,
+	PG_DIRTY_SAMPLES,
+	PG_POSTCOPY,
 	PG_ELAPSED,
 	PG_RANK,
 	PG_NR,
@@ -72,7 +79,24 @@ static const struct {
 	[PG_SECONDS] = { "kvmstats_plan_predicted_seconds", "seconds",
 			 "Predicted duration of a QEMU live migration" },
 	[PG_CONVERGES] = { "kvmstats_plan_converges", NULL,
-			   "1 when pre-copy is predicted to converge" },
+			   "1 when the migration is predicted to complete, 0 when not; "
+			   "absent when uncertain (see kvmstats_plan_verdict)" },
+	[PG_SECONDS_LO] = { "kvmstats_plan_predicted_low_seconds", "seconds",
+			    "Predicted duration at the inputs' low bound" },
+	[PG_SECONDS_HI] = { "kvmstats_plan_predicted_high_seconds", "seconds",
+			    "Predicted duration at the inputs' high bound (absent when "
+			    "it does not complete)" },
+	[PG_BYTES_LO] = { "kvmstats_plan_predicted_transfer_low_bytes", "bytes",
+			  "Predicted bytes sent at the inputs' low bound" },
+	[PG_BYTES_HI] = { "kvmstats_plan_predicted_transfer_high_bytes", "bytes",
+			  "Predicted bytes sent at the inputs' high bound (absent when "
+			  "it does not complete)" },
+	[PG_DIRTY_SAMPLES] = { "kvmstats_plan_dirty_samples", NULL,
+			       "Dirty-rate intervals measured (more where the verdict "
+			       "was uncertain)" },
+	[PG_POSTCOPY] = { "kvmstats_plan_postcopy_seconds", "seconds",
+			  "Predicted post-copy phase (the guest runs on the destination, "
+			  "faulting pages in); absent without post-copy" },
 	[PG_ELAPSED] = { "kvmstats_plan_elapsed_seconds", "seconds",
 			 "Wall time this VM's plan took, the dirty-rate interval included" },
 	[PG_RANK] = { "kvmstats_plan_rank", NULL,
@@ -93,9 +117,38 @@ static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t ran
 	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : 0;
 	case PG_BYTES: return (double)v->pred.bytes;
 	case PG_SECONDS: return v->pred.seconds;
-	case PG_CONVERGES: return v->pred.converges;
+	case PG_CONVERGES:
+		return v->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN ? NAN :
+		       v->pred.verdict == KVMSTATS_VERDICT_CONVERGES;
+	case PG_SECONDS_LO: return v->pred.seconds_lo;
+	case PG_SECONDS_HI: return v->pred.seconds_hi;
+	case PG_BYTES_LO: return v->pred.bytes_lo;
+	case PG_BYTES_HI: return v->pred.bytes_hi;
+	case PG_DIRTY_SAMPLES: return v->pred.dirty_samples;
+	case PG_POSTCOPY: return v->pred.postcopy ? v->pred.postcopy_s : NAN;
 	case PG_ELAPSED: return v->elapsed_s;
 	default: return (double)rank;
+	}
+}
+
+/* kvmstats_plan_verdict{...,verdict="converges"} 1: one series a VM. */
+static void render_verdict(struct prom_buf *b, enum prom_format f,
+			   const struct kvmstats_plan_vm *const *vms, size_t n)
+{
+	char name[4 * sizeof(vms[0]->name) + 1], lab[sizeof(name) + 128];
+
+	if (!n)
+		return;
+	prom_family(b, f, "kvmstats_plan_verdict", "gauge", NULL,
+		    "1 for the verdict of the migration model: converges, uncertain "
+		    "(the dirty-rate sample decides) or does-not-converge");
+	for (size_t i = 0; i < n; i++) {
+		prom_escape_label(vms[i]->name, name, sizeof(name));
+		snprintf(lab, sizeof(lab),
+			 "pid=\"%d\",name=\"%s\",method=\"%s\",verdict=\"%s\"",
+			 (int)vms[i]->pid, name, kvmstats_method_str(vms[i]->method),
+			 kvmstats_verdict_str(vms[i]->pred.verdict));
+		prom_sample(b, "kvmstats_plan_verdict", lab, 1);
 	}
 }
 
@@ -114,9 +167,13 @@ static void render_plan(struct prom_buf *b, enum prom_format f,
 			prom_escape_label(vms[i]->name, name, sizeof(name));
 			snprintf(lab, sizeof(lab), "pid=\"%d\",name=\"%s\",method=\"%s\"",
 				 (int)vms[i]->pid, name, kvmstats_method_str(vms[i]->method));
-			prom_sample(b, plan_gauges[g].name, lab, plan_value(vms[i], g, i + 1));
+			/* unknown or not applicable: no sample, never NaN */
+			if (!isnan(plan_value(vms[i], g, i + 1)))
+				prom_sample(b, plan_gauges[g].name, lab,
+					    plan_value(vms[i], g, i + 1));
 		}
 	}
+	render_verdict(b, f, vms, n);
 }
 
 /* A scrape's part: called under the server's lock, takes the planner's

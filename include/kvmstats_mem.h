@@ -396,7 +396,21 @@ struct kvmstats_migrate_input {
 	double bandwidth;	/* bytes/s; 0: KVMSTATS_QEMU_MAX_BANDWIDTH */
 	double downtime_s;	/* 0: KVMSTATS_QEMU_DOWNTIME_MS */
 	uint32_t max_passes;	/* 0: 30 */
+	/* The zero estimate's interval (pages); both 0: zero_pages is exact. */
+	double zero_lo, zero_hi;
 };
+
+/* Whether the migration completes, with the inputs' uncertainty: the
+ * model is run at the dirty curve's (and the zero estimate's) low and
+ * high bounds as well as at the point estimate. In ranking order. */
+enum kvmstats_verdict {
+	KVMSTATS_VERDICT_CONVERGES,	/* completes at both bounds */
+	KVMSTATS_VERDICT_UNCERTAIN,	/* completes at one bound only */
+	KVMSTATS_VERDICT_NO,		/* completes at neither */
+};
+
+/* "converges", "uncertain", "does-not-converge". */
+KVMSTATS_API const char *kvmstats_verdict_str(enum kvmstats_verdict v);
 
 struct kvmstats_migrate_prediction {
 	uint64_t bytes;		/* predicted wire bytes of RAM */
@@ -409,6 +423,21 @@ struct kvmstats_migrate_prediction {
 	double downtime_s;	/* final_bytes / bandwidth */
 	double dirty_pages_per_second;	/* rate the model used (last point) */
 	char note[160];
+	/* The inputs' uncertainty carried through (bytes and seconds at the
+	 * low and high bounds; NAN where that bound does not complete).
+	 * converges above is the point estimate's; the verdict says more. */
+	enum kvmstats_verdict verdict;
+	double seconds_lo, seconds_hi;
+	double bytes_lo, bytes_hi;
+	uint32_t dirty_samples;	/* dirty-rate intervals measured (0: none) */
+	/* postcopy-ram: pre-copy's first pass, then the switch (the VM
+	 * stopped for the device state and the discard of the pages dirtied
+	 * meanwhile), then the post-copy phase: the guest runs on the
+	 * destination and faults in what is not there yet. */
+	bool postcopy;		/* the prediction switched to post-copy */
+	double postcopy_s;	/* the post-copy phase */
+	uint64_t postcopy_bytes;	/* sent in it */
+	double postcopy_bw;	/* bytes/s it ran at */
 };
 
 KVMSTATS_API int kvmstats_migrate__predict(const struct kvmstats_migrate_input *in,
@@ -489,6 +518,9 @@ KVMSTATS_API int kvmstats_plan__estimate(struct kvmstats_plan *p);
  * interval: begin takes the baseline, point adds one point now. */
 KVMSTATS_API int kvmstats_plan__dirty_begin(struct kvmstats_plan *p);
 KVMSTATS_API int kvmstats_plan__dirty_point(struct kvmstats_plan *p);
+/* One more dirty-rate interval on the same curve (a point at a longer
+ * time), for a VM whose verdict is uncertain; counted in dirty_samples. */
+KVMSTATS_API int kvmstats_plan__dirty_extend(struct kvmstats_plan *p);
 /* Apply the model. */
 KVMSTATS_API int kvmstats_plan__predict(struct kvmstats_plan *p);
 /* estimate + dirty (sleeps the interval) + predict. */
@@ -496,8 +528,9 @@ KVMSTATS_API int kvmstats_plan__run(struct kvmstats_plan *p);
 KVMSTATS_API const struct kvmstats_plan_vm *
 kvmstats_plan__result(const struct kvmstats_plan *p);
 
-/* Ranking key: predicted seconds (a VM that does not converge, or
- * failed, sorts last). For qsort of result pointers. */
+/* Ranking key: the verdict (converges, uncertain, does not converge),
+ * then predicted seconds; a VM whose plan failed sorts last. For qsort
+ * of result pointers. */
 KVMSTATS_API int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
 					   const struct kvmstats_plan_vm *b);
 
@@ -509,7 +542,13 @@ KVMSTATS_API int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
  *   kvmstats_plan_zero_ratio, kvmstats_plan_dirty_pages_per_second,
  *   kvmstats_plan_predicted_transfer_bytes,
  *   kvmstats_plan_predicted_seconds, kvmstats_plan_converges,
- *   kvmstats_plan_elapsed_seconds, kvmstats_plan_rank.
+ *   kvmstats_plan_elapsed_seconds, kvmstats_plan_rank,
+ *   kvmstats_plan_predicted_low_seconds, _predicted_high_seconds,
+ *   _predicted_transfer_low_bytes, _predicted_transfer_high_bytes
+ *   (absent where that bound does not complete), kvmstats_plan_dirty_samples,
+ *   kvmstats_plan_postcopy_seconds (with postcopy-ram), and
+ *   kvmstats_plan_verdict{verdict="..."} 1 (one series per VM).
+ * kvmstats_plan_converges is absent for a VM whose verdict is uncertain.
  * VMs whose plan failed are left out. Writes at most @len bytes (always
  * NUL-terminated when len > 0) and returns the length the whole text
  * needs, like snprintf; negative errno on bad arguments. */
@@ -558,6 +597,8 @@ enum kvmstats_mig_key {
 	KVMSTATS_MIG_THROTTLE_INCREMENT,	/* cpu-throttle-increment */
 	KVMSTATS_MIG_XBZRLE,		/* capability xbzrle */
 	KVMSTATS_MIG_POSTCOPY,		/* capability postcopy-ram */
+	KVMSTATS_MIG_THROTTLE_MAX,	/* max-cpu-throttle */
+	KVMSTATS_MIG_POSTCOPY_BW,	/* max-postcopy-bandwidth */
 	KVMSTATS_MIG_NKEYS,
 };
 
@@ -576,6 +617,8 @@ struct kvmstats_migrate_settings {
 	bool xbzrle;
 	bool postcopy;
 	enum kvmstats_mig_src src[KVMSTATS_MIG_NKEYS];
+	unsigned int throttle_max;	/* percent (99 by default) */
+	double postcopy_bw;		/* bytes/s; 0: unlimited (the default) */
 };
 
 /* What the caller says the migration will be run with (0 / -1: not

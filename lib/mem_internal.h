@@ -231,6 +231,24 @@ void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s);
 
+/* Device state of our test VM (one vCPU, no devices), taken as the usual
+ * case: what QEMU 8.x+ counts in ram.transferred, and what a switch to
+ * post-copy sends with the VM stopped. */
+#define KS_MIG_DEVICE_STATE_BYTES 125000.0
+
+/* migrate_postcopy.c: the switch to post-copy with @dirty_pages dirtied
+ * since they were sent, and the post-copy phase. */
+struct ks_postcopy {
+	double switch_bytes;	/* discard ranges + device state, VM stopped */
+	double downtime_s;
+	double bytes;		/* sent in the post-copy phase */
+	double seconds;		/* the post-copy phase */
+	double bw;		/* its bandwidth */
+};
+double ks_postcopy_bandwidth(const struct kvmstats_migrate_settings *s, double bw);
+void ks_postcopy_switch(const struct kvmstats_migrate_settings *s, double bw,
+			double dirty_pages, struct ks_postcopy *pc);
+
 /* migrate_throttle.c: auto-converge's CPU throttle over the passes. */
 struct ks_throttle {
 	bool on;
@@ -239,6 +257,7 @@ struct ks_throttle {
 	double throttled_s;
 	unsigned int max;
 };
+unsigned int ks_throttle_max(const struct kvmstats_migrate_settings *s);
 void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_settings *s,
 		      double now, double sent, double dirtied_pages);
 
@@ -249,4 +268,11 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   const struct kvmstats_compress_estimate *c,
 		   struct kvmstats_migrate_prediction *out,
 		   struct kvmstats_migrate_detail *d);
+/* migrate_verdict.c: ks_migrate_run at the point estimate and at the
+ * inputs' low and high bounds: the verdict and the intervals. */
+int ks_migrate_predict(const struct kvmstats_migrate_input *input,
+		       const struct kvmstats_migrate_settings *s,
+		       const struct kvmstats_compress_estimate *c,
+		       struct kvmstats_migrate_prediction *out,
+		       struct kvmstats_migrate_detail *d);
 #endif

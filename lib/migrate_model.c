@@ -134,91 +134,149 @@ static double compress_seconds(const struct mech *m, double normal)
 	return m->c->elapsed_s / (double)m->c->pages * normal / par;
 }
 
-int ks_migrate_run(const struct kvmstats_migrate_input *input,
-		     const struct kvmstats_migrate_settings *s,
-		     const struct kvmstats_compress_estimate *c,
-		     struct kvmstats_migrate_prediction *out,
-		     struct kvmstats_migrate_detail *d)
-{
+/* The model's state over the passes. */
+struct run {
 	struct kvmstats_migrate_input in;
-	struct mech m = { &in, s, c, 0 };
-	struct ks_throttle th = { .on = s && s->auto_converge };
-	double bw, thr, cap, bytes, t, total_b, total_t, pending, rate, lim;
-	uint32_t maxp;
-	int err = ks_opts_copy(&in, sizeof(in), input);
+	const struct kvmstats_migrate_settings *s;
+	struct mech m;
+	struct ks_throttle th;
+	double bw, thr, cap, rate;
+	double bytes, t;		/* the last pass */
+	double total_b, total_t;
+};
 
-	if (err || !out)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	bw = in.bandwidth > 0 ? in.bandwidth : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
-	thr = bw * (in.downtime_s > 0 ? in.downtime_s : KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
-	/* The rate the transfer runs at: multifd's can exceed the limit. */
-	rate = s && s->multifd ? ks_multifd_bandwidth(s) * bw / s->bandwidth : bw;
-	maxp = in.max_passes ? in.max_passes : th.on ? 300 : 30;
-	cap = (double)(in.zero_pages + in.nonzero_pages + in.unknown_pages);
-	out->assumed_clean = !in.curve || !in.npoints;
-	if (!out->assumed_clean && in.curve[in.npoints - 1].t > 0)
-		out->dirty_pages_per_second = in.curve[in.npoints - 1].pages /
-					      in.curve[in.npoints - 1].t;
+/* Pages dirtied within a pass of @t seconds (the guest's own time runs
+ * slower under the throttle). */
+static double dirtied(const struct run *r, double t)
+{
+	if (!r->in.curve || !r->in.npoints)
+		return 0;
+	return kvmstats_dirty_curve_at(r->in.curve, r->in.npoints,
+				       t * (1 - r->th.pct / 100.0), r->cap);
+}
 
-	bytes = pass_cost(&m, (double)in.zero_pages,
-			  (double)(in.nonzero_pages + in.unknown_pages), in.nblocks);
-	t = bytes / rate;
-	lim = compress_seconds(&m, (double)(in.nonzero_pages + in.unknown_pages));
-	if (lim > t)
-		t = lim;
-	out->first_pass_bytes = (uint64_t)bytes;
-	total_b = bytes + (s ? ks_migrate_fixed_bytes(s) : 0);
-	total_t = t + (s ? KS_MIG_SETUP_S : 0);
+/* Seconds to send @b bytes of @normal pages. */
+static double pass_seconds(const struct run *r, double b, double normal)
+{
+	double t = b / r->rate, lim = compress_seconds(&r->m, normal);
+
+	return lim > t ? lim : t;
+}
+
+/* postcopy-ram: the switch after the first pass, when pre-copy would not
+ * stop right after it. */
+static void switch_to_postcopy(struct run *r, double pending,
+			       struct kvmstats_migrate_prediction *out)
+{
+	struct ks_postcopy pc;
+
+	ks_postcopy_switch(r->s, r->bw, pending, &pc);
+	out->postcopy = true;
+	out->converges = true;
 	out->passes = 1;
-	for (;;) {
-		double next_b, next_t;
+	out->downtime_s = pc.downtime_s;
+	out->final_bytes = (uint64_t)pc.switch_bytes;
+	out->postcopy_s = pc.seconds;
+	out->postcopy_bytes = (uint64_t)pc.bytes;
+	out->postcopy_bw = pc.bw;
+	r->m.wire += pc.bytes;
+	r->total_b += pc.bytes;
+	r->total_t += pc.downtime_s + pc.seconds;
+	snprintf(out->note, sizeof(out->note), "post-copy after the first pass: "
+		 "%.0f ms downtime, then %.2f s of post-copy (%.0f MiB the guest "
+		 "faults in)%s", pc.downtime_s * 1e3, pc.seconds,
+		 pc.bytes / 1048576.0, r->s->postcopy_bw > 0 ? "" :
+		 "; max-postcopy-bandwidth unlimited: taken as max-bandwidth");
+}
 
-		/* The guest's own time runs slower under the throttle. */
-		if (th.pct)
-			th.throttled_s += t;
-		pending = out->assumed_clean ? 0 : kvmstats_dirty_curve_at(
-					in.curve, in.npoints, t * (1 - th.pct / 100.0), cap);
-		ks_throttle_sync(&th, s, total_t, bytes, pending);
-		next_b = pass_cost(&m, 0, pending, pending > 0 ? in.nblocks : 0);
-		next_t = next_b / rate;
-		if (compress_seconds(&m, pending) > next_t)
-			next_t = compress_seconds(&m, pending);
-		if (pending * KS_PAGE <= thr) {
+/* The pre-copy passes after the first: true when it converges. */
+static bool precopy(struct run *r, uint32_t maxp,
+		    struct kvmstats_migrate_prediction *out)
+{
+	for (;;) {
+		double pending, next_b, next_t;
+
+		if (r->th.pct)
+			r->th.throttled_s += r->t;
+		pending = dirtied(r, r->t);
+		ks_throttle_sync(&r->th, r->s, r->total_t, r->bytes, pending);
+		next_b = pass_cost(&r->m, 0, pending, pending > 0 ? r->in.nblocks : 0);
+		next_t = pass_seconds(r, next_b, pending);
+		if (pending * KS_PAGE <= r->thr) {
 			/* Stop and copy: the rest, with the VM paused. */
 			out->final_bytes = (uint64_t)next_b;
 			out->downtime_s = next_t;
-			total_b += next_b;
-			total_t += next_t;
+			r->total_b += next_b;
+			r->total_t += next_t;
 			out->passes++;
-			out->converges = true;
-			break;
+			return true;
 		}
 		/* While auto-converge can still throttle harder, go on. */
-		if ((next_b >= bytes * 0.95 && (!th.on || th.pct >= 99)) ||
+		if ((next_b >= r->bytes * 0.95 &&
+		     (!r->th.on || r->th.pct >= ks_throttle_max(r->s))) ||
 		    out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
 				 "pass %u would still send %.0f MiB (%.0f pages "
 				 "dirtied in %.2f s) > %.0f MiB allowed in the "
 				 "downtime", out->passes + 1, next_b / 1048576.0,
-				 pending, t, thr / 1048576.0);
-			break;
+				 pending, r->t, r->thr / 1048576.0);
+			return false;
 		}
-		total_b += next_b;
-		total_t += next_t;
-		bytes = next_b;
-		t = next_t;
+		r->total_b += next_b;
+		r->total_t += next_t;
+		r->bytes = next_b;
+		r->t = next_t;
 		out->passes++;
 	}
-	out->bytes = (uint64_t)total_b;
-	out->seconds = total_t;
+}
+
+int ks_migrate_run(const struct kvmstats_migrate_input *input,
+		   const struct kvmstats_migrate_settings *s,
+		   const struct kvmstats_compress_estimate *c,
+		   struct kvmstats_migrate_prediction *out,
+		   struct kvmstats_migrate_detail *d)
+{
+	struct run r = { .s = s, .th = { .on = s && s->auto_converge } };
+	double normal;
+	uint32_t maxp;
+	int err = ks_opts_copy(&r.in, sizeof(r.in), input);
+
+	if (err || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	r.m = (struct mech){ &r.in, s, c, 0 };
+	r.bw = r.in.bandwidth > 0 ? r.in.bandwidth : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
+	r.thr = r.bw * (r.in.downtime_s > 0 ? r.in.downtime_s :
+					       KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
+	/* The rate the transfer runs at: multifd's can exceed the limit. */
+	r.rate = s && s->multifd ? ks_multifd_bandwidth(s) * r.bw / s->bandwidth : r.bw;
+	maxp = r.in.max_passes ? r.in.max_passes : r.th.on ? 300 : 30;
+	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages + r.in.unknown_pages);
+	out->assumed_clean = !r.in.curve || !r.in.npoints;
+	if (!out->assumed_clean && r.in.curve[r.in.npoints - 1].t > 0)
+		out->dirty_pages_per_second = r.in.curve[r.in.npoints - 1].pages /
+					      r.in.curve[r.in.npoints - 1].t;
+
+	normal = (double)(r.in.nonzero_pages + r.in.unknown_pages);
+	r.bytes = pass_cost(&r.m, (double)r.in.zero_pages, normal, r.in.nblocks);
+	r.t = pass_seconds(&r, r.bytes, normal);
+	out->first_pass_bytes = (uint64_t)r.bytes;
+	r.total_b = r.bytes + (s ? ks_migrate_fixed_bytes(s) : 0);
+	r.total_t = r.t + (s ? KS_MIG_SETUP_S : 0);
+	out->passes = 1;
+	if (s && s->postcopy && dirtied(&r, r.t) * KS_PAGE > r.thr)
+		switch_to_postcopy(&r, dirtied(&r, r.t), out);
+	else
+		out->converges = precopy(&r, maxp, out);
+	out->bytes = (uint64_t)r.total_b;
+	out->seconds = r.total_t;
 	if (d) {
-		d->max_throttle = th.max;
-		d->throttled_s = th.throttled_s;
-		d->effective_bw = rate;
-		d->wire_bytes = (uint64_t)(m.wire + (s ? ks_migrate_fixed_bytes(s) : 0));
+		d->max_throttle = r.th.max;
+		d->throttled_s = r.th.throttled_s;
+		d->effective_bw = r.rate;
+		d->wire_bytes = (uint64_t)(r.m.wire + (s ? ks_migrate_fixed_bytes(s) : 0));
 	}
-	if (out->converges)
+	if (out->converges && !out->postcopy)
 		snprintf(out->note, sizeof(out->note), "%u passes, %.0f ms downtime%s",
 			 out->passes, out->downtime_s * 1e3,
 			 out->assumed_clean ? "; assumed a clean guest (no dirty rate)" : "");
@@ -228,5 +286,5 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 int kvmstats_migrate__predict(const struct kvmstats_migrate_input *input,
 			      struct kvmstats_migrate_prediction *out)
 {
-	return ks_migrate_run(input, NULL, NULL, out, NULL);
+	return ks_migrate_predict(input, NULL, NULL, out, NULL);
 }

@@ -39,7 +39,6 @@
 #define MULTIFD_PAGES 128.0
 #define MULTIFD_PACKET_BYTES (320.0 + 8.0 * MULTIFD_PAGES)
 #define MULTIFD_INFLIGHT_MAX 4u
-#define DEVICE_STATE_BYTES 125000.0
 
 static bool counts_wire(const struct kvmstats_migrate_settings *s)
 {
@@ -54,7 +53,7 @@ static bool zero_in_channels(const struct kvmstats_migrate_settings *s)
 
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s)
 {
-	return counts_wire(s) ? DEVICE_STATE_BYTES : 0;
+	return counts_wire(s) ? KS_MIG_DEVICE_STATE_BYTES : 0;
 }
 
 /* Bytes of one pass: @reported as QEMU counts them (ram.transferred, and

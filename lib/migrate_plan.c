@@ -25,6 +25,7 @@ struct kvmstats_plan {
 	struct kvmstats_migrate_overrides ov;
 	struct kvmstats_migrate_detail detail;
 	uint64_t t0;
+	uint32_t extra;		/* dirty-rate intervals added (dirty_extend) */
 };
 
 static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
@@ -94,7 +95,6 @@ static void not_modelled(struct kvmstats_plan *p)
 	char *b = p->detail.not_modelled;
 	size_t len = sizeof(p->detail.not_modelled), k = 0;
 	const char *what[] = {
-		s->postcopy ? "postcopy-ram (the switch to post-copy)" : NULL,
 		s->xbzrle ? "xbzrle (its delta encoding)" : NULL,
 		s->multifd && s->compress == KVMSTATS_MIG_COMPRESS_OTHER ?
 			"this multifd-compression (taken as none)" : NULL,
@@ -309,6 +309,18 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 	return 0;
 }
 
+int kvmstats_plan__dirty_extend(struct kvmstats_plan *p)
+{
+	int err;
+
+	if (!p->dirty)
+		return 0;
+	err = kvmstats_plan__dirty_point(p);
+	if (!err)
+		p->extra++;
+	return err;
+}
+
 /* Which mechanism runs the migration; compress a sample when multifd
  * compresses (bounded: 4096 pages, half a second). */
 static void mechanism(struct kvmstats_plan *p)
@@ -364,7 +376,7 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 	for (size_t i = 0; i < kvmstats_ram__count(p->ram); i++)
 		names += strlen(kvmstats_ram__region(p->ram, i)->name);
 	mechanism(p);
-	err = ks_migrate_run(&(struct kvmstats_migrate_input){
+	err = ks_migrate_predict(&(struct kvmstats_migrate_input){
 		.sz = sizeof(struct kvmstats_migrate_input),
 		.zero_pages = e->zero_pages, .nonzero_pages = e->nonzero_pages,
 		.unknown_pages = e->unknown_pages,
@@ -372,13 +384,19 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.block_name_bytes = names,
 		.curve = r->dirty_measured ? r->dirty.points : NULL,
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
-		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s }, &p->mig,
+		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
+		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi }, &p->mig,
 		&p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));
+	r->pred.dirty_samples = r->dirty_measured ? 1 + p->extra : 0;
 	r->predicted = true;
 	return 0;
 }
+
+/* Where the verdict depends on the sample, measure on (the same curve,
+ * one more interval each time), at most KS_PLAN_EXTRA times. */
+#define KS_PLAN_EXTRA 2
 
 int kvmstats_plan__run(struct kvmstats_plan *p)
 {
@@ -398,7 +416,15 @@ int kvmstats_plan__run(struct kvmstats_plan *p)
 		ks_sleep(at - ks_dirty_age(p->dirty));
 		err = kvmstats_plan__dirty_point(p);
 	}
-	return err ? err : kvmstats_plan__predict(p);
+	err = err ? err : kvmstats_plan__predict(p);
+	for (uint32_t k = 0; !err && p->dirty && k < KS_PLAN_EXTRA &&
+			     p->res.pred.verdict == KVMSTATS_VERDICT_UNCERTAIN; k++) {
+		ks_sleep(interval * (k + 2) - ks_dirty_age(p->dirty));
+		err = kvmstats_plan__dirty_extend(p);
+		if (!err)
+			err = kvmstats_plan__predict(p);
+	}
+	return err;
 }
 
 int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
@@ -408,8 +434,8 @@ int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
 
 	if (ga != gb)
 		return ga ? -1 : 1;
-	if (ga && a->pred.converges != b->pred.converges)
-		return a->pred.converges ? -1 : 1;
+	if (ga && a->pred.verdict != b->pred.verdict)
+		return a->pred.verdict < b->pred.verdict ? -1 : 1;
 	if (ga && a->pred.seconds != b->pred.seconds)
 		return a->pred.seconds < b->pred.seconds ? -1 : 1;
 	return (a->pid > b->pid) - (a->pid < b->pid);

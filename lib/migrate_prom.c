@@ -59,9 +59,17 @@ static double gauge(const struct kvmstats_plan_vm *v, int which, size_t rank)
 	case 5: return v->dirty_measured ? v->dirty.pages_per_second : 0;
 	case 6: return (double)v->pred.bytes;
 	case 7: return v->pred.seconds;
-	case 8: return v->pred.converges;
+	case 8:
+		return v->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN ? NAN :
+		       v->pred.verdict == KVMSTATS_VERDICT_CONVERGES;
 	case 9: return v->elapsed_s;
-	default: return (double)rank;
+	case 10: return (double)rank;
+	case 11: return v->pred.seconds_lo;
+	case 12: return v->pred.seconds_hi;
+	case 13: return v->pred.bytes_lo;
+	case 14: return v->pred.bytes_hi;
+	case 15: return v->pred.dirty_samples;
+	default: return v->pred.postcopy ? v->pred.postcopy_s : NAN;
 	}
 }
 
@@ -77,9 +85,16 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 		{ "dirty_pages_per_second", "Guest pages dirtied per second" },
 		{ "predicted_transfer_bytes", "Predicted bytes sent by a QEMU live migration" },
 		{ "predicted_seconds", "Predicted duration of a QEMU live migration" },
-		{ "converges", "1 when pre-copy is predicted to converge" },
+		{ "converges", "1 when the migration is predicted to complete, 0 when "
+			       "not; absent when uncertain" },
 		{ "elapsed_seconds", "Wall time the plan took" },
 		{ "rank", "Position by predicted migration cost, 1 = cheapest" },
+		{ "predicted_low_seconds", "Predicted duration at the inputs' low bound" },
+		{ "predicted_high_seconds", "Predicted duration at the inputs' high bound" },
+		{ "predicted_transfer_low_bytes", "Predicted bytes at the inputs' low bound" },
+		{ "predicted_transfer_high_bytes", "Predicted bytes at the inputs' high bound" },
+		{ "dirty_samples", "Dirty-rate intervals measured" },
+		{ "postcopy_seconds", "Predicted post-copy phase" },
 	};
 	struct out o = { buf, len, 0 };
 	char name[260];
@@ -101,10 +116,24 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 				rank += vms[j] && j != i &&
 					kvmstats_plan_vm__compare(vms[j], v) < 0;
 			escape(name, sizeof(name), v->name);
+			/* unknown or not applicable: no sample, never NaN */
+			if (isnan(gauge(v, (int)m, rank)))
+				continue;
 			put(&o, "kvmstats_plan_%s{pid=\"%d\",name=\"%s\",method=\"%s\"} %.17g\n",
 			    metric[m][0], (int)v->pid, name, kvmstats_method_str(v->method),
 			    gauge(v, (int)m, rank));
 		}
+	}
+	put(&o, "# HELP kvmstats_plan_verdict 1 for the model's verdict\n"
+		"# TYPE kvmstats_plan_verdict gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		if (!vms[i] || vms[i]->error || !vms[i]->predicted)
+			continue;
+		escape(name, sizeof(name), vms[i]->name);
+		put(&o, "kvmstats_plan_verdict{pid=\"%d\",name=\"%s\",method=\"%s\","
+			"verdict=\"%s\"} 1\n", (int)vms[i]->pid, name,
+		    kvmstats_method_str(vms[i]->method),
+		    kvmstats_verdict_str(vms[i]->pred.verdict));
 	}
 	if (len)
 		buf[o.used < len ? o.used : len - 1] = 0;

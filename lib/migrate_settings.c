@@ -8,7 +8,9 @@
  *  - max-bandwidth 128 MiB/s (32 MiB/s before 2.x's change; 128 since),
  *    downtime-limit 300 ms, multifd-channels 2, multifd-compression none,
  *    multifd-zlib-level 1, multifd-zstd-level 1, cpu-throttle-initial 20,
- *    cpu-throttle-increment 10: unchanged from 7.2 to 10.0;
+ *    cpu-throttle-increment 10, max-cpu-throttle 99,
+ *    max-postcopy-bandwidth 0 (post-copy unlimited): unchanged from 7.2
+ *    to 10.0;
  *  - zero-page-detection (9.0+): "multifd" by default (zero pages found
  *    by the multifd channels, sent as offsets in a packet), "legacy" (the
  *    migration thread, as every release before 9.0 did), "none";
@@ -35,6 +37,8 @@ static const char *const key_names[KVMSTATS_MIG_NKEYS] = {
 	[KVMSTATS_MIG_THROTTLE_INCREMENT] = "cpu-throttle-increment",
 	[KVMSTATS_MIG_XBZRLE] = "xbzrle",
 	[KVMSTATS_MIG_POSTCOPY] = "postcopy-ram",
+	[KVMSTATS_MIG_THROTTLE_MAX] = "max-cpu-throttle",
+	[KVMSTATS_MIG_POSTCOPY_BW] = "max-postcopy-bandwidth",
 };
 
 static const char *const compress_names[] = {
@@ -124,6 +128,10 @@ int kvmstats_migrate_settings__value(const struct kvmstats_migrate_settings *s,
 		return snprintf(buf, len, "%s", yes(s->xbzrle));
 	case KVMSTATS_MIG_POSTCOPY:
 		return snprintf(buf, len, "%s", yes(s->postcopy));
+	case KVMSTATS_MIG_THROTTLE_MAX:
+		return snprintf(buf, len, "%u", s->throttle_max);
+	case KVMSTATS_MIG_POSTCOPY_BW:
+		return snprintf(buf, len, "%.0f", s->postcopy_bw);
 	case KVMSTATS_MIG_NKEYS:
 		break;
 	}
@@ -144,6 +152,7 @@ void ks_migrate_defaults(struct kvmstats_migrate_settings *s)
 	s->level = 1;
 	s->throttle_initial = 20;
 	s->throttle_increment = 10;
+	s->throttle_max = 99;
 	s->zero_detect =
 		maj >= 9 ? KVMSTATS_MIG_ZERO_MULTIFD : KVMSTATS_MIG_ZERO_LEGACY;
 }
@@ -242,6 +251,14 @@ static void params(struct kvmstats_migrate_settings *s, struct json_object *o)
 	if (get_int(o, "cpu-throttle-increment", &v) && v <= 99) {
 		s->throttle_increment = (unsigned int)v;
 		s->src[KVMSTATS_MIG_THROTTLE_INCREMENT] = KVMSTATS_MIG_SRC_QMP;
+	}
+	if (get_int(o, "max-cpu-throttle", &v) && v >= 1 && v <= 99) {
+		s->throttle_max = (unsigned int)v;
+		s->src[KVMSTATS_MIG_THROTTLE_MAX] = KVMSTATS_MIG_SRC_QMP;
+	}
+	if (get_int(o, "max-postcopy-bandwidth", &v)) {
+		s->postcopy_bw = (double)v;
+		s->src[KVMSTATS_MIG_POSTCOPY_BW] = KVMSTATS_MIG_SRC_QMP;
 	}
 	/* Both levels are read; the one of the compression in use counts. */
 	if (get_int(o,

@@ -5,11 +5,16 @@
  * a dirty-bitmap sync at least a second after the previous period began,
  * if the bytes dirtied in the period exceed throttle-trigger-threshold
  * (50%) of the bytes sent in it for the second time, the throttle starts
- * at cpu-throttle-initial or grows by cpu-throttle-increment, up to 99%.
+ * at cpu-throttle-initial or grows by cpu-throttle-increment, up to max-cpu-throttle (99% by default).
  * A throttled vCPU runs (100 - throttle)% of the time, so the guest's own
  * time, on which its dirty curve is measured, advances that much slower.
  */
 #include "mem_internal.h"
+
+unsigned int ks_throttle_max(const struct kvmstats_migrate_settings *s)
+{
+	return s && s->throttle_max && s->throttle_max <= 99 ? s->throttle_max : 99;
+}
 
 void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_settings *s,
 		      double now, double sent, double dirtied_pages)
@@ -21,8 +26,8 @@ void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_sett
 	if (th->period_dirty > th->period_sent * 0.5 && ++th->high >= 2) {
 		th->high = 0;
 		th->pct = th->pct ? th->pct + s->throttle_increment : s->throttle_initial;
-		if (th->pct > 99)
-			th->pct = 99;
+		if (th->pct > ks_throttle_max(s))
+			th->pct = ks_throttle_max(s);
 		if (th->pct > th->max)
 			th->max = th->pct;
 	}

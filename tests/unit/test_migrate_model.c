@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The migration model's verdict and intervals (the dirty curve's and the
+ * zero estimate's uncertainty carried through), post-copy, auto-converge
+ * at its throttle limit, and the ranking by verdict.
+ */
+#include <math.h>
+
+#include "unit.h"
+#include "../../lib/mem_internal.h"
+
+#define BW (32.0 * 1048576)	/* 32 MiB/s: 8176 pages of 4104 bytes a second */
+
+/* A guest dirtying @rate pages/s (linear: a working set larger than what
+ * is sent), its 95% interval +-@spread of it, sampled at 1/8 .. 1 s. */
+static void linear_curve(struct kvmstats_dirty_point *c, double rate, double spread)
+{
+	for (int i = 0; i < 4; i++) {
+		c[i].t = 1.0 / (double)(1u << (3 - i));
+		c[i].pages = rate * c[i].t;
+		c[i].lo = c[i].pages * (1 - spread);
+		c[i].hi = c[i].pages * (1 + spread);
+	}
+}
+
+static struct kvmstats_migrate_input input(const struct kvmstats_dirty_point *c)
+{
+	return (struct kvmstats_migrate_input){
+		.sz = sizeof(struct kvmstats_migrate_input),
+		.zero_pages = 30000, .nonzero_pages = 35536, .nblocks = 1,
+		.block_name_bytes = 6, .curve = c, .npoints = 4,
+		.bandwidth = BW, .downtime_s = 0.3,
+	};
+}
+
+static void predict(double rate, double spread, struct kvmstats_migrate_prediction *p)
+{
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_input in;
+
+	linear_curve(c, rate, spread);
+	in = input(c);
+	assert_int_equal(kvmstats_migrate__predict(&in, p), 0);
+}
+
+/* lo <= point <= hi, for time and bytes, zero estimate's interval too. */
+static void test_interval_order(void **state)
+{
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_prediction p, exact;
+	struct kvmstats_migrate_input in;
+
+	(void)state;
+	linear_curve(c, 2000, 0.2);
+	in = input(c);
+	in.zero_lo = 29000;
+	in.zero_hi = 31000;
+	assert_int_equal(kvmstats_migrate__predict(&in, &p), 0);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	assert_true(p.converges);
+	assert_true(p.seconds_lo < p.seconds && p.seconds < p.seconds_hi);
+	assert_true(p.bytes_lo < (double)p.bytes && (double)p.bytes < p.bytes_hi);
+	/* The zero interval alone widens it: 1000 pages x 4095 bytes each way. */
+	in.zero_lo = in.zero_hi = 0;
+	assert_int_equal(kvmstats_migrate__predict(&in, &exact), 0);
+	assert_true(p.bytes_hi - exact.bytes_hi > 1000 * 4095.0 * 0.99);
+	assert_true(exact.bytes_lo - p.bytes_lo > 1000 * 4095.0 * 0.99);
+	/* No curve: a clean guest, the interval is the zero estimate's only. */
+	in.curve = NULL;
+	in.npoints = 0;
+	assert_int_equal(kvmstats_migrate__predict(&in, &exact), 0);
+	assert_true(exact.assumed_clean);
+	assert_true(exact.bytes_lo <= (double)exact.bytes &&
+		    (double)exact.bytes <= exact.bytes_hi);
+}
+
+/* Near the threshold (8176 pages/s at 32 MiB/s) the bounds disagree. */
+static void test_uncertain(void **state)
+{
+	struct kvmstats_migrate_prediction p;
+
+	(void)state;
+	predict(8000, 0.25, &p);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_UNCERTAIN);
+	assert_false(isnan(p.seconds_lo));
+	assert_true(isnan(p.seconds_hi));
+	assert_true(isnan(p.bytes_hi));
+	assert_string_equal(kvmstats_verdict_str(p.verdict), "uncertain");
+	/* A narrower interval (a longer sample) decides. */
+	predict(6000, 0.05, &p);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	predict(20000, 0.25, &p);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_NO);
+	assert_false(p.converges);
+	assert_true(isnan(p.seconds_lo) && isnan(p.seconds_hi));
+	assert_string_equal(kvmstats_verdict_str(p.verdict), "does-not-converge");
+}
+
+/* Post-copy always completes: the first pass, the switch, the pages
+ * dirtied meanwhile sent after it. */
+static void test_postcopy(void **state)
+{
+	struct kvmstats_migrate_settings s = { .qemu_major = 10 };
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_prediction p, fast;
+	struct kvmstats_migrate_input in;
+	double first_s, dirty;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.bandwidth = BW;
+	s.downtime_s = 0.3;
+	s.postcopy = true;
+	linear_curve(c, 10000, 0.25);	/* under the cap of 65536 pages */
+	in = input(c);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, NULL), 0);
+	assert_true(p.postcopy);
+	assert_true(p.converges);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	assert_int_equal(p.passes, 1);
+	first_s = (double)p.first_pass_bytes / BW;
+	dirty = 10000 * first_s;
+	assert_true(fabs((double)p.postcopy_bytes - (dirty * 4104 + 8)) < 2);
+	/* max-postcopy-bandwidth 0 is unlimited: taken as max-bandwidth. */
+	assert_true(fabs(p.postcopy_bw - BW) < 1);
+	assert_true(fabs(p.postcopy_s - ((double)p.postcopy_bytes / BW)) < 1e-6);
+	assert_true(fabs(p.seconds - (first_s + 0.07 + p.downtime_s + p.postcopy_s)) < 1e-6);
+	/* The downtime: device state and discard ranges only. */
+	assert_true(p.downtime_s < 0.1);
+	assert_true(p.seconds_lo <= p.seconds && p.seconds <= p.seconds_hi);
+	s.postcopy_bw = 2 * BW;
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &fast, NULL), 0);
+	assert_true(fabs(fast.postcopy_s * 2 - p.postcopy_s) < 1e-6);
+	/* A guest quiet enough stops after the first pass: no switch. */
+	linear_curve(c, 100, 0.25);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, NULL), 0);
+	assert_false(p.postcopy);
+	assert_true(p.converges);
+	assert_int_equal(p.passes, 2);
+}
+
+/* Auto-converge converges unless even max-cpu-throttle cannot slow the
+ * guest under the bandwidth; it says what throttle and for how long. */
+static void test_auto_converge_limit(void **state)
+{
+	struct kvmstats_migrate_settings s = { .qemu_major = 7, .qemu_minor = 2 };
+	struct kvmstats_migrate_detail d = { 0 };
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_prediction p;
+	struct kvmstats_migrate_input in;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	assert_int_equal(s.throttle_max, 99);
+	s.bandwidth = BW;
+	s.downtime_s = 0.3;
+	s.auto_converge = true;
+	linear_curve(c, 20000, 0.1);
+	in = input(c);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, &d), 0);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	assert_true(d.max_throttle >= 60 && d.max_throttle <= 99);
+	assert_true(d.throttled_s > 0 && d.throttled_s < p.seconds);
+	/* At most 50%: 10000 pages/s left, more than 8176 sent. */
+	s.throttle_max = 50;
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, &d), 0);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_NO);
+	assert_int_equal(d.max_throttle, 50);
+}
+
+/* Surely converging first, then uncertain, then not; by time within. */
+static void test_ranking(void **state)
+{
+	static struct kvmstats_plan_vm v[5];
+	const struct kvmstats_plan_vm *order[5];
+	const enum kvmstats_verdict verdict[5] = {
+		KVMSTATS_VERDICT_CONVERGES, KVMSTATS_VERDICT_UNCERTAIN,
+		KVMSTATS_VERDICT_NO, KVMSTATS_VERDICT_CONVERGES,
+		KVMSTATS_VERDICT_CONVERGES,
+	};
+	const double secs[5] = { 10, 1, 0.5, 2, 0.1 };
+	const pid_t want[5] = { 4, 1, 2, 3, 5 };
+
+	(void)state;
+	for (int i = 0; i < 5; i++) {
+		v[i].pid = i + 1;
+		v[i].predicted = true;
+		v[i].pred.verdict = verdict[i];
+		v[i].pred.seconds = secs[i];
+		order[i] = &v[i];
+	}
+	v[4].error = -ESRCH;	/* failed: last, whatever its figures */
+	for (int i = 0; i < 5; i++)
+		for (int j = i + 1; j < 5; j++)
+			if (kvmstats_plan_vm__compare(order[j], order[i]) < 0) {
+				const struct kvmstats_plan_vm *t = order[i];
+
+				order[i] = order[j];
+				order[j] = t;
+			}
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(order[i]->pid, want[i]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_interval_order),
+		cmocka_unit_test(test_uncertain),
+		cmocka_unit_test(test_postcopy),
+		cmocka_unit_test(test_auto_converge_limit),
+		cmocka_unit_test(test_ranking),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
