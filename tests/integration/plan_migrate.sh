@@ -191,12 +191,24 @@ check "options-zstd: the JSON says each setting's source (multifd from the optio
 	.settings["max-bandwidth"].value == "33554432" and
 	.settings["downtime-limit"].value == "300" and .compression.ratio < 0.1' "$LAST_JSON"
 
-# What is on but not modelled is said plainly; -v lists every setting and
-# its source.
+# Post-copy is modelled (a clean guest stops after the first pass, no
+# switch needed); -v gives the verdict and lists every setting and its
+# source.
 "$KVMSTATS" plan --pid "$PID_comp" --method pagemap --interval 0 --auto-converge \
 	--postcopy -v >"$TMP/table" 2>&1
-check "postcopy asked for: the table says it is not modelled" \
-	grep -q "on but not modelled: postcopy-ram" "$TMP/table"
+check "postcopy asked for: -v gives the verdict, postcopy-ram is not said unmodelled" \
+	eval 'grep -q "^  verdict: converges after 0 dirty-rate interval" "$TMP/table" &&
+	grep -Eq "^ +postcopy-ram +true +\(option\)" "$TMP/table" &&
+	! grep -q "not modelled: .*postcopy" "$TMP/table"'
+"$KVMSTATS" plan --pid "$PID_comp" --method pagemap --interval 0 --postcopy --json \
+	>"$TMP/pc.json" 2>&1
+check "postcopy, a clean guest: converges without a switch, intervals ordered" \
+	jq -e '.vms[0] | .converges == true and .prediction.verdict == "converges" and
+	.prediction.postcopy == false and .prediction.dirty_samples == 0 and
+	.predicted_seconds_interval[0] <= .predicted_seconds and
+	.predicted_seconds <= .predicted_seconds_interval[1] and
+	.predicted_transfer_bytes_interval[0] <= .predicted_transfer_bytes and
+	.predicted_transfer_bytes <= .predicted_transfer_bytes_interval[1]' "$TMP/pc.json"
 check "auto-converge asked for: -v says the throttle the guest would suffer" \
 	grep -q "auto-converge: the guest's vCPUs throttled up to" "$TMP/table"
 check "-v lists each setting with its source" \

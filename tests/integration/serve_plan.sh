@@ -91,6 +91,14 @@ age=$(awk '/^kvmstats_plan_age_seconds / { print $2 }' "$TMP/m.txt")
 check "the served plan's age is a gauge (${age:-none} s)" awk -v a="$age" 'BEGIN { exit !(a != "" && a >= 0 && a < 10) }'
 xfer=$(gauge "$TMP/m.txt" kvmstats_plan_predicted_transfer_bytes $ANON)
 check "the VM's predicted transfer is above 0 (${xfer:-none} bytes)" awk -v x="$xfer" 'BEGIN { exit !(x + 0 > 0) }'
+verdicts=$(grep -c "^kvmstats_plan_verdict{pid=\"$ANON\",.*,verdict=\"\(converges\|uncertain\|does-not-converge\)\"} 1$" "$TMP/m.txt")
+check "one verdict series per VM, value 1 (${verdicts} for the anonymous VM)" [ "$verdicts" = 1 ]
+# The guest only writes at boot: both bounds converge, around the point.
+lo=$(gauge "$TMP/m.txt" kvmstats_plan_predicted_low_seconds $ANON)
+hi=$(gauge "$TMP/m.txt" kvmstats_plan_predicted_high_seconds $ANON)
+pt=$(gauge "$TMP/m.txt" kvmstats_plan_predicted_seconds $ANON)
+check "the interval gauges hold the point (${lo:-none} <= ${pt:-none} <= ${hi:-none} s)" \
+	awk -v l="$lo" -v p="$pt" -v h="$hi" 'BEGIN { exit !(l != "" && h != "" && l <= p && p <= h) }'
 
 curl -sS --max-time 10 -H 'Accept: application/openmetrics-text;version=1.0.0' "$URL" >"$TMP/om.txt"
 check "OpenMetrics: the plan gauges, a UNIT for bytes, # EOF last" bash -c "
