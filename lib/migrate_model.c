@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * What a live migration of a VM would cost, and the plan that puts the
- * estimators, the dirty rate and the model together for one VM.
+ * What a live migration of a VM would cost: the pre-copy passes. The
+ * mechanisms that change a pass are apart (migrate_multifd.c,
+ * migrate_compress.c, migrate_throttle.c for auto-converge), as are the
+ * switch to post-copy (migrate_postcopy.c), the runs at the inputs'
+ * bounds and the verdict (migrate_verdict.c), and the plan that gathers
+ * the inputs (migrate_plan.c).
  *
  * The model is QEMU's pre-copy as QEMU 7.2 implements it
  * (migration/ram.c and migration/migration.c), read for facts only:
@@ -32,7 +36,10 @@
  * t0 = bytes / bandwidth; pass k+1 sends the pages dirtied within t_k,
  * read off the measured dirty curve, as normal pages; stop when that is
  * under the downtime threshold, or declare non-convergence when a pass
- * stops shrinking. Dirtied pages are assumed non-zero.
+ * stops shrinking (with auto-converge: and the throttle is at its most).
+ * Dirtied pages are assumed non-zero. With postcopy-ram, when the pages
+ * dirtied during pass 0 do not fit in the downtime, the migration
+ * switches to post-copy there instead.
  */
 #include <errno.h>
 #include <math.h>
