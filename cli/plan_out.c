@@ -467,6 +467,22 @@ static void print_missing(const struct vm_row *rows, size_t n)
 	}
 }
 
+/* What a "?" in CONV means, once, when there is one. */
+static void print_uncertain(const struct vm_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct kvmstats_plan_vm *r = rows[i].res;
+
+		if (!rows[i].p || r->error || !r->predicted ||
+		    r->pred.verdict != KVMSTATS_VERDICT_UNCERTAIN)
+			continue;
+		printf("\nCONV ?: whether the migration converges depends on the "
+		       "dirty-rate sample's error, even measured longer; -v shows "
+		       "the time and transfer at its bounds\n");
+		return;
+	}
+}
+
 void plan_print_table(struct cli *cli, const struct plan_args *a,
 		      struct vm_row *rows, size_t n)
 {
@@ -504,6 +520,7 @@ void plan_print_table(struct cli *cli, const struct plan_args *a,
 			printf("\npid %d: on but not modelled: %s\n", (int)rows[i].pid,
 			       kvmstats_plan__detail(rows[i].p)->not_modelled);
 	print_missing(rows, n);
+	print_uncertain(rows, n);
 	if (a->interval == 0)
 		printf("\n--interval 0: no dirty rate measured; the model assumed clean guests\n");
 }
