@@ -39,7 +39,7 @@ enum {
 
 struct follow_args {
 	struct target_args t;
-	const char *name_arg;	/* --name as given, for a plan we run */
+	const char *name_arg; /* --name as given, for a plan we run */
 	const char *plan;
 	double interval, timeout;
 	long count;
@@ -61,7 +61,8 @@ static bool parse_secs(const struct cli *cli, const char *opt, const char *arg,
 	double v = strtod(arg, &end);
 
 	if (end == arg || *end || !(v >= min) || v > 86400) {
-		cli_err(cli, "%s: '%s' is not a number of seconds (%g to 86400)",
+		cli_err(cli,
+			"%s: '%s' is not a number of seconds (%g to 86400)",
 			opt, arg, min);
 		return false;
 	}
@@ -85,9 +86,12 @@ static int follow_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		a->plan = arg;
 		return 0;
 	case OPT_INTERVAL:
-		return parse_secs(cli, "--interval", arg, 0.05, &a->interval) ? 0 : -1;
+		return parse_secs(cli, "--interval", arg, 0.05, &a->interval)
+			       ? 0
+			       : -1;
 	case OPT_TIMEOUT:
-		return parse_secs(cli, "--timeout", arg, 0, &a->timeout) ? 0 : -1;
+		return parse_secs(cli, "--timeout", arg, 0, &a->timeout) ? 0
+									 : -1;
 	case OPT_COUNT:
 		a->count = cli_parse_long(cli, "--count", arg, 1, 100000000);
 		return a->count < 0 ? -1 : 0;
@@ -147,7 +151,7 @@ static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 		    size_t *len)
 {
 	char **argv = calloc(2 * a->t.npids + 6, sizeof(*argv));
-	char (*pids)[16] = calloc(a->t.npids + 1, sizeof(*pids));
+	char(*pids)[16] = calloc(a->t.npids + 1, sizeof(*pids));
 	int fds[2], status, e, k = 0;
 	pid_t child;
 
@@ -182,7 +186,8 @@ static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 	free(pids);
 	if (child > 0 && waitpid(child, &status, 0) == child &&
 	    WIFEXITED(status) && WEXITSTATUS(status) > 1)
-		cli_warn(cli, "the plan exited with status %d", WEXITSTATUS(status));
+		cli_warn(cli, "the plan exited with status %d",
+			 WEXITSTATUS(status));
 	return e;
 }
 
@@ -220,7 +225,8 @@ static bool selected(const struct follow_args *a, pid_t pid, const char *name)
 
 	for (size_t i = 0; i < a->t.npids && !ok; i++)
 		ok = a->t.pids[i] == pid;
-	return ok && (!a->t.name_set || !regexec(&a->t.name_re, name, 0, NULL, 0));
+	return ok &&
+	       (!a->t.name_set || !regexec(&a->t.name_re, name, 0, NULL, 0));
 }
 
 /* One entry of vms[]; false: not one to follow. */
@@ -272,7 +278,8 @@ static int parse_plan(struct cli *cli, const struct follow_args *a,
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < len; i++)
-		*n += take_vm(a, json_object_array_get_idx(vms, i), &(*out)[*n]);
+		*n += take_vm(a, json_object_array_get_idx(vms, i),
+			      &(*out)[*n]);
 	json_object_put(root);
 	return 0;
 }
@@ -348,8 +355,8 @@ static void poll_vm(struct cli *cli, struct fvm *v, double t)
 static void open_vms(struct cli *cli, const struct follow_args *a,
 		     struct fvm *vms, size_t n)
 {
-	struct kvmstats_follow_opts o = { .sz = sizeof(o),
-					  .timeout_ms = a->qmp_timeout_ms };
+	struct kvmstats_follow_opts o = {.sz = sizeof(o),
+					 .timeout_ms = a->qmp_timeout_ms};
 	char why[512];
 
 	for (size_t i = 0; i < n; i++) {
@@ -358,21 +365,22 @@ static void open_vms(struct cli *cli, const struct follow_args *a,
 					   sizeof(why)))
 			continue;
 		vms[i].state = FVM_DROP;
-		follow_out_unreadable(cli, &vms[i], 0, why[0] ? why : "cannot open");
+		follow_out_unreadable(cli, &vms[i], 0,
+				      why[0] ? why : "cannot open");
 	}
 }
 
 static void sleep_s(double s)
 {
-	struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
 }
 
 /* EXIT_OK once every VM followed saw its migration end. */
-static int watch(struct cli *cli, const struct follow_args *a,
-		 struct fvm *vms, size_t n)
+static int watch(struct cli *cli, const struct follow_args *a, struct fvm *vms,
+		 size_t n)
 {
 	double t0 = now_s(), t;
 	size_t waiting = n, done = 0;
@@ -401,18 +409,18 @@ static int watch(struct cli *cli, const struct follow_args *a,
 }
 
 static const struct cli_opt follow_opts[] = {
-	{ "plan", OPT_PLAN, 0, "FILE|-", "run kvmstats plan",
-	  "the predictions: a plan's JSON (kvmstats plan --json)" },
-	{ "interval", OPT_INTERVAL, 0, "SECONDS", "1",
-	  "poll each VM's migration this often" },
-	{ "timeout", OPT_TIMEOUT, 0, "SECONDS", "0: none",
-	  "stop after this long, ended or not" },
-	{ "count", OPT_COUNT, 0, "N", "none", "stop after N polls" },
-	{ "qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
-	  "one poll of one VM's monitor takes at most this" },
+	{"plan", OPT_PLAN, 0, "FILE|-", "run kvmstats plan",
+	 "the predictions: a plan's JSON (kvmstats plan --json)"},
+	{"interval", OPT_INTERVAL, 0, "SECONDS", "1",
+	 "poll each VM's migration this often"},
+	{"timeout", OPT_TIMEOUT, 0, "SECONDS", "0: none",
+	 "stop after this long, ended or not"},
+	{"count", OPT_COUNT, 0, "N", "none", "stop after N polls"},
+	{"qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
+	 "one poll of one VM's monitor takes at most this"},
 	CLI_OPT_PID("only this VMM's migration (repeatable)"),
 	CLI_OPT_NAME("only VMMs whose name matches"),
-	{ 0 },
+	{0},
 };
 
 static const struct cli_spec follow_spec = {
@@ -429,7 +437,7 @@ static const struct cli_spec follow_spec = {
 
 int cmd_follow(struct cli *cli, int argc, char **argv)
 {
-	struct follow_args a = { .interval = 1 };
+	struct follow_args a = {.interval = 1};
 	struct fvm *vms = NULL;
 	char *text = NULL;
 	size_t n = 0, len = 0;
@@ -443,8 +451,8 @@ int cmd_follow(struct cli *cli, int argc, char **argv)
 	ret = EXIT_FAIL;
 	e = load_plan(cli, &a, &text, &len);
 	if (e) {
-		cli_err(cli, "the plan %s: %s", a.plan ? a.plan : "(kvmstats plan)",
-			strerror(-e));
+		cli_err(cli, "the plan %s: %s",
+			a.plan ? a.plan : "(kvmstats plan)", strerror(-e));
 		goto out;
 	}
 	if (parse_plan(cli, &a, text, &vms, &n))

@@ -38,13 +38,15 @@ static struct json_object *jsecs(const struct kvmstats_migration *m,
 
 static double real_s(const struct kvmstats_migration *m)
 {
-	return m->have & KVMSTATS_MIGF_TOTAL_TIME ? (double)m->total_time_ms / 1e3
-						  : NAN;
+	return m->have & KVMSTATS_MIGF_TOTAL_TIME
+		       ? (double)m->total_time_ms / 1e3
+		       : NAN;
 }
 
 static double real_bytes(const struct kvmstats_migration *m)
 {
-	return m->have & KVMSTATS_MIGF_TRANSFERRED ? (double)m->transferred : NAN;
+	return m->have & KVMSTATS_MIGF_TRANSFERRED ? (double)m->transferred
+						   : NAN;
 }
 
 static struct json_object *event(const struct fvm *v, const char *what,
@@ -76,16 +78,20 @@ static void add_pred(struct json_object *o, const struct fvm *v)
 static void add_real(struct json_object *o, const struct kvmstats_migration *m)
 {
 	jset(o, "status", json_object_new_string(m->status_name));
-	jset(o, "seconds", jsecs(m, KVMSTATS_MIGF_TOTAL_TIME, m->total_time_ms));
+	jset(o, "seconds",
+	     jsecs(m, KVMSTATS_MIGF_TOTAL_TIME, m->total_time_ms));
 	jset(o, "transferred_bytes",
 	     jfield(m, KVMSTATS_MIGF_TRANSFERRED, m->transferred));
-	jset(o, "remaining_bytes", jfield(m, KVMSTATS_MIGF_REMAINING, m->remaining));
+	jset(o, "remaining_bytes",
+	     jfield(m, KVMSTATS_MIGF_REMAINING, m->remaining));
 	jset(o, "total_bytes", jfield(m, KVMSTATS_MIGF_TOTAL, m->total));
-	jset(o, "passes", jfield(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count));
+	jset(o, "passes",
+	     jfield(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count));
 	jset(o, "dirty_pages_rate",
 	     jfield(m, KVMSTATS_MIGF_DIRTY_RATE, m->dirty_pages_rate));
-	jset(o, "mbps", m->have & KVMSTATS_MIGF_MBPS ? json_object_new_double(m->mbps)
-						      : NULL);
+	jset(o, "mbps",
+	     m->have & KVMSTATS_MIGF_MBPS ? json_object_new_double(m->mbps)
+					  : NULL);
 	jset(o, "throttle_percent",
 	     jfield(m, KVMSTATS_MIGF_THROTTLE, m->throttle_percent));
 }
@@ -158,7 +164,8 @@ void follow_out_progress(const struct cli *cli, const struct fvm *v, double t)
 		o = event(v, "progress", t);
 		add_real(o, m);
 		jset(o, "expected_downtime_s",
-		     jsecs(m, KVMSTATS_MIGF_EXPECTED_DOWNTIME, m->expected_downtime_ms));
+		     jsecs(m, KVMSTATS_MIGF_EXPECTED_DOWNTIME,
+			   m->expected_downtime_ms));
 		add_pred(o, v);
 		emit(cli, o);
 		return;
@@ -167,11 +174,12 @@ void follow_out_progress(const struct cli *cli, const struct fvm *v, double t)
 	human_num(v->pred_s, "%.1f s", ps, sizeof(ps));
 	human_bytes(real_bytes(m), rb, sizeof(rb));
 	human_bytes(v->pred_bytes, pb, sizeof(pb));
-	human_num(field(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count), "%.0f",
-		  pa, sizeof(pa));
-	human_num(v->pred_passes >= 0 ? v->pred_passes : NAN, "%.0f", pp, sizeof(pp));
-	human_num(field(m, KVMSTATS_MIGF_DIRTY_RATE, m->dirty_pages_rate), "%.0f",
-		  rd, sizeof(rd));
+	human_num(field(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count),
+		  "%.0f", pa, sizeof(pa));
+	human_num(v->pred_passes >= 0 ? v->pred_passes : NAN, "%.0f", pp,
+		  sizeof(pp));
+	human_num(field(m, KVMSTATS_MIGF_DIRTY_RATE, m->dirty_pages_rate),
+		  "%.0f", rd, sizeof(rd));
 	human_num(v->pred_dirty, "%.0f", pd, sizeof(pd));
 	printf("%7.1f  pid %d %s: %s  time %s (pred %s)  sent %s (pred %s)  "
 	       "passes %s (pred %s)  dirty %s pages/s (pred %s)\n",
@@ -193,16 +201,22 @@ void follow_out_end(const struct cli *cli, const struct fvm *v, double t,
 		o = event(v, "end", t);
 		add_real(o, m);
 		jset(o, "outcome", json_object_new_string(outcome));
-		jset(o, "downtime_s", jsecs(m, KVMSTATS_MIGF_DOWNTIME, m->downtime_ms));
-		jset(o, "setup_s", jsecs(m, KVMSTATS_MIGF_SETUP_TIME, m->setup_time_ms));
-		jset(o, "duplicate_pages", jfield(m, KVMSTATS_MIGF_DUPLICATE, m->duplicate));
-		jset(o, "normal_pages", jfield(m, KVMSTATS_MIGF_NORMAL, m->normal));
+		jset(o, "downtime_s",
+		     jsecs(m, KVMSTATS_MIGF_DOWNTIME, m->downtime_ms));
+		jset(o, "setup_s",
+		     jsecs(m, KVMSTATS_MIGF_SETUP_TIME, m->setup_time_ms));
+		jset(o, "duplicate_pages",
+		     jfield(m, KVMSTATS_MIGF_DUPLICATE, m->duplicate));
+		jset(o, "normal_pages",
+		     jfield(m, KVMSTATS_MIGF_NORMAL, m->normal));
 		jset(o, "precopy_bytes",
 		     jfield(m, KVMSTATS_MIGF_PRECOPY_BYTES, m->precopy_bytes));
 		jset(o, "postcopy_bytes",
-		     jfield(m, KVMSTATS_MIGF_POSTCOPY_BYTES, m->postcopy_bytes));
+		     jfield(m, KVMSTATS_MIGF_POSTCOPY_BYTES,
+			    m->postcopy_bytes));
 		jset(o, "started_s", jnum(v->seen_s));
-		jset(o, "error", m->error[0] ? json_object_new_string(m->error) : NULL);
+		jset(o, "error",
+		     m->error[0] ? json_object_new_string(m->error) : NULL);
 		add_pred(o, v);
 		jset(o, "time_error", jnum(te));
 		jset(o, "bytes_error", jnum(be));
@@ -215,18 +229,20 @@ void follow_out_end(const struct cli *cli, const struct fvm *v, double t,
 	human_bytes(v->pred_bytes, pb, sizeof(pb));
 	human_err(te, es, sizeof(es));
 	human_err(be, eb, sizeof(eb));
-	human_num(field(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count), "%.0f",
-		  pa, sizeof(pa));
-	human_num(v->pred_passes >= 0 ? v->pred_passes : NAN, "%.0f", pp, sizeof(pp));
-	printf("%7.1f  pid %d %s: %s: took %s (predicted %s, error %s), sent %s "
+	human_num(field(m, KVMSTATS_MIGF_SYNC_COUNT, m->dirty_sync_count),
+		  "%.0f", pa, sizeof(pa));
+	human_num(v->pred_passes >= 0 ? v->pred_passes : NAN, "%.0f", pp,
+		  sizeof(pp));
+	printf("%7.1f  pid %d %s: %s: took %s (predicted %s, error %s), sent "
+	       "%s "
 	       "(predicted %s, error %s), %s passes (predicted %s)%s%s\n",
 	       t, (int)v->pid, v->name, outcome, rs, ps, es, rb, pb, eb, pa, pp,
 	       m->error[0] ? ": " : "", m->error);
 	fflush(stdout);
 }
 
-void follow_out_unreadable(const struct cli *cli, const struct fvm *v,
-			   double t, const char *why)
+void follow_out_unreadable(const struct cli *cli, const struct fvm *v, double t,
+			   const char *why)
 {
 	struct json_object *o;
 

@@ -48,8 +48,8 @@ struct follow_sock {
 
 struct kvmstats_follow {
 	pid_t pid;
-	pid_t as;		/* whose word the paths are (0: the caller's) */
-	int pidfd;		/* readable once the VMM exited */
+	pid_t as; /* whose word the paths are (0: the caller's) */
+	int pidfd; /* readable once the VMM exited */
 	unsigned int timeout_ms;
 	int nsocks;
 	struct follow_sock socks[KS_QMP_MAX_SOCKS];
@@ -59,20 +59,20 @@ static const struct {
 	const char *name;
 	enum kvmstats_migst st;
 } status_names[] = {
-	{ "none", KVMSTATS_MIGST_NONE },
-	{ "setup", KVMSTATS_MIGST_SETUP },
-	{ "active", KVMSTATS_MIGST_ACTIVE },
-	{ "wait-unplug", KVMSTATS_MIGST_ACTIVE },
-	{ "postcopy-active", KVMSTATS_MIGST_POSTCOPY },
-	{ "postcopy-paused", KVMSTATS_MIGST_POSTCOPY },
-	{ "postcopy-recover-setup", KVMSTATS_MIGST_POSTCOPY },
-	{ "postcopy-recover", KVMSTATS_MIGST_POSTCOPY },
-	{ "pre-switchover", KVMSTATS_MIGST_SWITCHOVER },
-	{ "device", KVMSTATS_MIGST_SWITCHOVER },
-	{ "cancelling", KVMSTATS_MIGST_CANCELLING },
-	{ "completed", KVMSTATS_MIGST_COMPLETED },
-	{ "failed", KVMSTATS_MIGST_FAILED },
-	{ "cancelled", KVMSTATS_MIGST_CANCELLED },
+	{"none", KVMSTATS_MIGST_NONE},
+	{"setup", KVMSTATS_MIGST_SETUP},
+	{"active", KVMSTATS_MIGST_ACTIVE},
+	{"wait-unplug", KVMSTATS_MIGST_ACTIVE},
+	{"postcopy-active", KVMSTATS_MIGST_POSTCOPY},
+	{"postcopy-paused", KVMSTATS_MIGST_POSTCOPY},
+	{"postcopy-recover-setup", KVMSTATS_MIGST_POSTCOPY},
+	{"postcopy-recover", KVMSTATS_MIGST_POSTCOPY},
+	{"pre-switchover", KVMSTATS_MIGST_SWITCHOVER},
+	{"device", KVMSTATS_MIGST_SWITCHOVER},
+	{"cancelling", KVMSTATS_MIGST_CANCELLING},
+	{"completed", KVMSTATS_MIGST_COMPLETED},
+	{"failed", KVMSTATS_MIGST_FAILED},
+	{"cancelled", KVMSTATS_MIGST_CANCELLED},
 };
 
 bool kvmstats_migst_ended(enum kvmstats_migst s)
@@ -120,7 +120,7 @@ void kvmstats_follow__free(struct kvmstats_follow *f)
 static int find_socks(struct kvmstats_follow *f, const char *qmp_path,
 		      char *err, size_t errsz)
 {
-	char (*names)[PATH_MAX] = NULL;
+	char(*names)[PATH_MAX] = NULL;
 	int n = 1, e = -ENOENT;
 
 	f->as = 0;
@@ -132,8 +132,10 @@ static int find_socks(struct kvmstats_follow *f, const char *qmp_path,
 		n = ks_qmp_find_sockets(f->pid, KS_QMP_FIND_FD, names,
 					KS_QMP_MAX_SOCKS);
 		if (n <= 0) {
-			ks_err(err, errsz, n == -ENOTSUP ? "not QEMU" :
-			       "no QMP socket on its command line");
+			ks_err(err, errsz,
+			       n == -ENOTSUP
+				       ? "not QEMU"
+				       : "no QMP socket on its command line");
 			free(names);
 			return n < 0 ? n : -ENOENT;
 		}
@@ -189,7 +191,7 @@ int kvmstats_follow__open(struct kvmstats_follow **out, pid_t pid,
 
 static bool gone(const struct kvmstats_follow *f)
 {
-	struct pollfd p = { .fd = f->pidfd, .events = POLLIN };
+	struct pollfd p = {.fd = f->pidfd, .events = POLLIN};
 
 	return poll(&p, 1, 0) > 0;
 }
@@ -230,24 +232,24 @@ static void take_ram(struct kvmstats_migration *m, struct json_object *ram)
 		unsigned int bit;
 		size_t off;
 	} f[] = {
-		{ "transferred", KVMSTATS_MIGF_TRANSFERRED,
-		  offsetof(struct kvmstats_migration, transferred) },
-		{ "remaining", KVMSTATS_MIGF_REMAINING,
-		  offsetof(struct kvmstats_migration, remaining) },
-		{ "total", KVMSTATS_MIGF_TOTAL,
-		  offsetof(struct kvmstats_migration, total) },
-		{ "duplicate", KVMSTATS_MIGF_DUPLICATE,
-		  offsetof(struct kvmstats_migration, duplicate) },
-		{ "normal", KVMSTATS_MIGF_NORMAL,
-		  offsetof(struct kvmstats_migration, normal) },
-		{ "dirty-sync-count", KVMSTATS_MIGF_SYNC_COUNT,
-		  offsetof(struct kvmstats_migration, dirty_sync_count) },
-		{ "dirty-pages-rate", KVMSTATS_MIGF_DIRTY_RATE,
-		  offsetof(struct kvmstats_migration, dirty_pages_rate) },
-		{ "precopy-bytes", KVMSTATS_MIGF_PRECOPY_BYTES,
-		  offsetof(struct kvmstats_migration, precopy_bytes) },
-		{ "postcopy-bytes", KVMSTATS_MIGF_POSTCOPY_BYTES,
-		  offsetof(struct kvmstats_migration, postcopy_bytes) },
+		{"transferred", KVMSTATS_MIGF_TRANSFERRED,
+		 offsetof(struct kvmstats_migration, transferred)},
+		{"remaining", KVMSTATS_MIGF_REMAINING,
+		 offsetof(struct kvmstats_migration, remaining)},
+		{"total", KVMSTATS_MIGF_TOTAL,
+		 offsetof(struct kvmstats_migration, total)},
+		{"duplicate", KVMSTATS_MIGF_DUPLICATE,
+		 offsetof(struct kvmstats_migration, duplicate)},
+		{"normal", KVMSTATS_MIGF_NORMAL,
+		 offsetof(struct kvmstats_migration, normal)},
+		{"dirty-sync-count", KVMSTATS_MIGF_SYNC_COUNT,
+		 offsetof(struct kvmstats_migration, dirty_sync_count)},
+		{"dirty-pages-rate", KVMSTATS_MIGF_DIRTY_RATE,
+		 offsetof(struct kvmstats_migration, dirty_pages_rate)},
+		{"precopy-bytes", KVMSTATS_MIGF_PRECOPY_BYTES,
+		 offsetof(struct kvmstats_migration, precopy_bytes)},
+		{"postcopy-bytes", KVMSTATS_MIGF_POSTCOPY_BYTES,
+		 offsetof(struct kvmstats_migration, postcopy_bytes)},
 	};
 	struct json_object *j;
 
@@ -305,8 +307,10 @@ static int ask(struct kvmstats_follow *f, struct follow_sock *s,
 	e = ks_qmp_call(q, "query-migrate", NULL, deadline, &r, err, errsz);
 	ks_qmp_close(q);
 	if (!e && !json_object_is_type(r, json_type_object)) {
-		ks_err(err, errsz, "QMP socket %s: query-migrate: not an "
-		       "object", s->path);
+		ks_err(err, errsz,
+		       "QMP socket %s: query-migrate: not an "
+		       "object",
+		       s->path);
 		e = -EPROTO;
 	}
 	if (!e)
@@ -316,8 +320,7 @@ static int ask(struct kvmstats_follow *f, struct follow_sock *s,
 }
 
 int kvmstats_follow__poll(struct kvmstats_follow *f,
-			  struct kvmstats_migration *m, char *err,
-			  size_t errsz)
+			  struct kvmstats_migration *m, char *err, size_t errsz)
 {
 	uint64_t deadline = ks_qmp_deadline(f->timeout_ms);
 	int e = -ENOENT;
@@ -335,9 +338,11 @@ int kvmstats_follow__poll(struct kvmstats_follow *f,
 			break;
 	}
 	if (e == -EBUSY)
-		ks_err(err, errsz, "QMP: every monitor of pid %d is held by "
+		ks_err(err, errsz,
+		       "QMP: every monitor of pid %d is held by "
 		       "another client (libvirt holds its VMs' monitors): the "
-		       "migration is not readable here", (int)f->pid);
+		       "migration is not readable here",
+		       (int)f->pid);
 	else if (gone(f))
 		e = -ESRCH;
 	return e;
