@@ -26,6 +26,8 @@
 
 #include "follow.h"
 
+/* Failed polls in a row before a VM is said to be unreadable. */
+#define FOLLOW_SAY_AFTER 3
 /* A plan's JSON is a few KiB per VM. */
 #define PLAN_MAX_BYTES (64u << 20)
 
@@ -309,10 +311,11 @@ static void poll_error(struct cli *cli, struct fvm *v, int e, const char *why,
 		v->state = v->state == FVM_RUN ? FVM_DONE : FVM_DROP;
 		return;
 	}
-	/* Busy or slow: said once, tried again next poll. */
-	if (e != v->last_err)
+	/* Busy or slow: tried again next poll, and said once it lasts (a
+	 * monitor is busy for a moment while someone else asks it, or while
+	 * QEMU's main loop is slow to take our connection mid-migration). */
+	if (++v->fails == FOLLOW_SAY_AFTER)
 		follow_out_unreadable(cli, v, t, why);
-	v->last_err = e;
 }
 
 static void poll_vm(struct cli *cli, struct fvm *v, double t)
@@ -326,7 +329,7 @@ static void poll_vm(struct cli *cli, struct fvm *v, double t)
 		poll_error(cli, v, e, why, t);
 		return;
 	}
-	v->last_err = 0;
+	v->fails = 0;
 	if (!v->have_base && v->state == FVM_WAIT) {
 		/* What a VMM shows of a migration before ours. */
 		v->have_base = kvmstats_migst_ended(v->m.status);

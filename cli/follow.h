@@ -28,7 +28,7 @@ struct fvm {
 	uint64_t base_time, base_xfer;
 	struct kvmstats_migration m;	/* the latest answer */
 	double seen_s;			/* ours first seen, since start */
-	int last_err;			/* of the last poll, reported once */
+	int fails;			/* failed polls in a row */
 };
 
 /* The events, as text or JSON lines (follow_out.c). @t: seconds since

@@ -340,8 +340,8 @@ int kvmstats_follow__poll(struct kvmstats_follow *f,
 	if (e == -EBUSY)
 		ks_err(err, errsz,
 		       "QMP: every monitor of pid %d is held by "
-		       "another client (libvirt holds its VMs' monitors): the "
-		       "migration is not readable here",
+		       "another client (libvirt holds its VMs' monitors for "
+		       "good: then the migration is not readable here)",
 		       (int)f->pid);
 	else if (gone(f))
 		e = -ESRCH;

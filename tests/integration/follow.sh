@@ -113,6 +113,7 @@ for _ in $(seq "$(slow 300)"); do
 done
 check "follow exits 0 once every migration ended" test "$st" = 0
 sed 's/^/# follow: /' "$TMP/follow.err"
+echo "# follow: $(grep -c '"event":"unreadable"' "$TMP/follow.jsonl") unreadable event(s), $(grep -c '"event":"progress"' "$TMP/follow.jsonl") progress event(s)"
 
 # err REAL PRED: (real - predicted) / real, as the test computes it.
 err() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }
