@@ -157,10 +157,11 @@ static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 	int fds[2], status, e, k = 0;
 	pid_t child;
 
-	if (!argv || !pids || pipe2(fds, O_CLOEXEC)) {
+	e = !argv || !pids ? -ENOMEM : pipe2(fds, O_CLOEXEC) ? -errno : 0;
+	if (e) {
 		free(argv);
 		free(pids);
-		return -ENOMEM;
+		return e;
 	}
 	argv[k++] = (char *)cli->prog;
 	argv[k++] = "plan";
