@@ -14,7 +14,7 @@ COMP=$ROOT/dist/kvmstats.bash-completion
 VCPU=$ROOT/tests/fixtures/x86-vcpu.bin
 VM=$ROOT/tests/fixtures/x86-vm.bin
 LOG=$ROOT/dist/demo/recording.kvmlog
-CMDS="top list dump record replay serve plan check demo version help"
+CMDS="top list dump record replay serve plan follow check demo version help"
 
 # opts_help CMD: every option --help's text lists, one a line ("--pid",
 # "-p"): the words before the description on each option line.

@@ -1,0 +1,156 @@
+#!/bin/bash
+# kvmstats follow against real migrations: two QEMU VMs run our multiboot
+# guest (different amounts of non-zero memory), each with max-bandwidth
+# 32 MiB/s and downtime-limit 300 ms set over QMP. They are planned
+# (`kvmstats plan --json`, the file follow reads), `kvmstats follow --plan
+# FILE --json` is started, and then each VM is migrated for real, one
+# after the other, over loopback TCP to a destination QEMU started with
+# `-incoming defer`. At each completion the test reads QEMU's own
+# query-migrate (total-time, ram.transferred) and computes the error of
+# the plan's predictions, (real - predicted) / real; follow's "end" event
+# for that VM must say the same figures and the same errors (within 1%).
+# Also: a start event before each end, follow's exit status 0 once every
+# migration ended, and a follow started on a VMM whose last migration is
+# over waits for a new one instead of reporting the old (--count).
+# In the lab (slow > 1) the guests are smaller.
+# SPDX-License-Identifier: GPL-2.0-or-later
+# kvmstats-test: needs=kvm qemu
+# shellcheck disable=SC2154 # eval sets PID_<name>
+source "$(dirname "$0")/../lib.sh"
+
+require_kvm follow
+need_tools follow "$QEMU" socat jq || exit 0
+if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
+	fail follow "build/kvmstats or build/mbguest.elf missing: run make build"
+	exit 0
+fi
+
+BW=$((32 << 20))
+MEM=256
+SIZES="96M 48M"
+if [ "$SLOW" -gt 1 ]; then
+	MEM=128
+	SIZES="24M 12M"
+fi
+
+# migrate SRC DST: SRC to DST (started with -incoming defer) over loopback
+# TCP; QEMU's query-migrate answer at completion goes to $TMP/SRC.final.
+migrate() {
+	local r st port
+	port=$(free_port)
+	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r"; return 1 ;; esac
+	r=$(q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $1: migrate: $r"; return 1 ;; esac
+	for _ in $(seq $((300 * $(slow 1)))); do
+		r=$(q "$1" '{"execute":"query-migrate"}')
+		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
+		case $st in
+		completed)
+			jq -c .return <<<"$r" >"$TMP/$1.final"
+			return 0
+			;;
+		failed | cancelled)
+			echo "# $1: migration $st: $r"
+			return 1
+			;;
+		esac
+		sleep 0.2
+	done
+	return 1
+}
+
+# The sources, booted together (booting is the slow part).
+i=0
+for size in $SIZES; do
+	QEMU_MEM=$MEM launch_qemu "vm$i" "nonzero=$size stride=4K"
+	eval "PID_vm$i=$QEMU_PID"
+	i=$((i + 1))
+done
+N=$i
+for i in $(seq 0 $((N - 1))); do
+	eval "pid=\$PID_vm$i"
+	if ! wait_ready "vm$i" "$pid" "$(slow 60)"; then
+		fail "follow: vm$i did not boot"
+		exit 0
+	fi
+	r=$(q "vm$i" "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":$BW,\"downtime-limit\":300}}")
+	case $r in *'"return"'*) ;; *) fail "follow: vm$i refused the parameters: $r"; exit 0 ;; esac
+	# shellcheck disable=SC2086 # the destinations, started now
+	QEMU_MEM=$MEM launch_qemu "dst$i" "nonzero=1M stride=4K" -incoming defer
+done
+
+PIDS=$(for i in $(seq 0 $((N - 1))); do eval "echo --pid \$PID_vm$i"; done)
+# shellcheck disable=SC2086 # word splitting wanted
+"$KVMSTATS" plan $PIDS --method scan --interval 0 --json >"$TMP/plan.json" 2>"$TMP/plan.err"
+check "the plan predicts every VM" \
+	jq -e --argjson n "$N" '[.vms[] | select(.predicted_seconds > 0 and
+	.predicted_transfer_bytes > 0)] | length == $n' "$TMP/plan.json"
+
+"$KVMSTATS" follow --plan "$TMP/plan.json" --json --interval 0.2 \
+	--timeout "$(slow 150)" >"$TMP/follow.jsonl" 2>"$TMP/follow.err" &
+FOLLOW=$!
+track "$FOLLOW"
+# Its first polls see no migration yet (else the test proves nothing).
+sleep "$(slow_s 1)"
+
+for i in $(seq 0 $((N - 1))); do
+	if ! wait_until "$(slow 300)" test -S "$TMP/dst$i.qmp" ||
+		! migrate "vm$i" "dst$i"; then
+		fail "follow: vm$i's migration did not complete"
+		exit 0
+	fi
+done
+
+st=1
+for _ in $(seq "$(slow 300)"); do
+	if ! kill -0 "$FOLLOW" 2>/dev/null; then
+		wait "$FOLLOW"
+		st=$?
+		break
+	fi
+	sleep 0.1
+done
+check "follow exits 0 once every migration ended" test "$st" = 0
+sed 's/^/# follow: /' "$TMP/follow.err"
+echo "# follow: $(grep -c '"event":"unreadable"' "$TMP/follow.jsonl") unreadable event(s), $(grep -c '"event":"progress"' "$TMP/follow.jsonl") progress event(s)"
+
+# err REAL PRED: (real - predicted) / real, as the test computes it.
+err() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }
+# same A B: |A - B| within 1% of |B| (or 1e-9).
+same() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d;
+	m = b < 0 ? -b : b; exit !(d <= m / 100 + 1e-9) }'; }
+
+echo "# VM   predicted s  QEMU s   pred bytes   QEMU bytes   time error  bytes error (follow's)"
+for i in $(seq 0 $((N - 1))); do
+	eval "pid=\$PID_vm$i"
+	ms=$(jq '.["total-time"]' "$TMP/vm$i.final")
+	xfer=$(jq '.ram.transferred' "$TMP/vm$i.final")
+	psec=$(jq --argjson p "$pid" '.vms[] | select(.pid == $p) | .predicted_seconds' "$TMP/plan.json")
+	pbytes=$(jq --argjson p "$pid" '.vms[] | select(.pid == $p) | .predicted_transfer_bytes' "$TMP/plan.json")
+	sec=$(awk -v m="$ms" 'BEGIN { printf "%.3f", m / 1000 }')
+	te=$(err "$sec" "$psec")
+	be=$(err "$xfer" "$pbytes")
+	end=$(jq -c --argjson p "$pid" 'select(.event == "end" and .pid == $p)' "$TMP/follow.jsonl")
+	fte=$(jq -r '.time_error // "null"' <<<"$end")
+	fbe=$(jq -r '.bytes_error // "null"' <<<"$end")
+	printf '# vm%d %11.2f %7.2f %12s %12s %11s %11s (%s %s)\n' "$i" "$psec" "$sec" \
+		"$pbytes" "$xfer" "$te" "$be" "$fte" "$fbe"
+	check "vm$i: follow saw its migration start before it ended" \
+		jq -se --argjson p "$pid" 'map(select(.pid == $p) | .event) |
+		index("start") < index("end")' "$TMP/follow.jsonl"
+	check "vm$i: follow's end is QEMU's completed figures" \
+		jq -e --argjson ms "$ms" --argjson x "$xfer" '.status == "completed" and
+		.outcome == "completed" and .transferred_bytes == $x and
+		(.seconds * 1000 | round) == $ms' <<<"${end:-null}"
+	check "vm$i: time error $fte is the test's $te (QEMU's total-time)" same "$fte" "$te"
+	check "vm$i: bytes error $fbe is the test's $be (QEMU's ram.transferred)" same "$fbe" "$be"
+done
+
+# The sources' migrations are over: a follow now sees only old ones.
+eval "pid=\$PID_vm0"
+"$KVMSTATS" follow --pid "$pid" --plan "$TMP/plan.json" --json --interval 0.1 \
+	--count 3 >"$TMP/old.jsonl" 2>/dev/null
+st=$?
+check "a migration over before follow started is not taken for a new one" \
+	test "$st" = 1 -a ! -s "$TMP/old.jsonl"
