@@ -12,19 +12,32 @@
  * (kvmstats_host__insert()); the workers only call
  * kvmstats_host__prepare(), which reads nothing the host's thread
  * changes. So the host itself stays a one-thread object.
+ *
+ * The scan of /proc for VM fds (every fd of every process: 6-30 ms on a
+ * loaded 2-core machine, more with more processes) runs on a thread of
+ * its own too, when discover_scan() asks; the host's thread claims among
+ * what it found in its next discover_collect(). And the workers run at a
+ * lower priority than the host's thread: an open (connecting, parsing a
+ * schema) must not take the CPU from a sample that is due.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "discover.h"
 
 /* Opens in flight (queued, being opened, or opened and not inserted) per
  * worker: a worker finds the next one waiting when it is done. */
 #define CLAIMS_PER_WORKER 2
+/* The workers' and the scanner's nice, above the host's thread's. */
+#define WORKER_NICE 10
 
 struct opened {
 	pid_t pid;
@@ -46,6 +59,14 @@ struct discover {
 	size_t max_claims;
 	pthread_t *threads;
 	unsigned int nthreads;
+
+	pthread_t scanner;
+	bool has_scanner;
+	pthread_cond_t scan_cv;
+	bool scan_wanted;		/* asked by discover_scan() */
+	bool scanned;			/* a scan for discover_collect() */
+	pid_t *cand;			/* what it found */
+	int ncand;			/* or a negative errno */
 };
 
 static uint64_t mono_ns(void)
@@ -68,11 +89,27 @@ static bool next_pid(struct discover *d, pid_t *pid)
 	return true;
 }
 
+/* Behind the host's thread for the CPU (a thread's nice is its own on
+ * Linux), and out of a real-time class the host's thread may run in
+ * (`chrt -f kvmstats record`): a real-time worker would hold a CPU from
+ * the sample until it blocks. Best effort: at worst it runs as the host's
+ * thread does. */
+static void lower_priority(void)
+{
+	struct sched_param sp = { 0 };
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+	int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+
+	pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+	setpriority(PRIO_PROCESS, (id_t)tid, nice + WORKER_NICE);
+}
+
 static void *worker(void *arg)
 {
 	struct discover *d = arg;
 	struct opened o;
 
+	lower_priority();
 	pthread_mutex_lock(&d->mu);
 	while (next_pid(d, &o.pid)) {
 		uint64_t t0 = mono_ns();
@@ -86,6 +123,34 @@ static void *worker(void *arg)
 		d->done[d->ndone++] = o;
 		d->busy--;
 		pthread_cond_broadcast(&d->idle);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* The scanner: a scan of /proc whenever discover_scan() asks. */
+static void *scanner(void *arg)
+{
+	struct discover *d = arg;
+
+	lower_priority();
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		pid_t *cand = NULL;
+		int n;
+
+		while (!d->stop && !d->scan_wanted)
+			pthread_cond_wait(&d->scan_cv, &d->mu);
+		if (d->stop)
+			break;
+		d->scan_wanted = false;
+		pthread_mutex_unlock(&d->mu);
+		n = kvmstats_proc__vmm_pids(&cand);
+		pthread_mutex_lock(&d->mu);
+		free(d->cand);
+		d->cand = n < 0 ? NULL : cand;
+		d->ncand = n;
+		d->scanned = true;
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
@@ -107,6 +172,9 @@ static int start_workers(struct discover *d, unsigned int threads)
 		if (err)
 			break;
 	}
+	/* Without it, discover_scan() scans on the host's thread. */
+	d->has_scanner = d->nthreads &&
+			 !pthread_create(&d->scanner, NULL, scanner, d);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return d->nthreads ? 0 : err;
 }
@@ -123,6 +191,7 @@ struct discover *discover_new(struct kvmstats_host *h, unsigned int threads)
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->work, NULL);
 	pthread_cond_init(&d->idle, NULL);
+	pthread_cond_init(&d->scan_cv, NULL);
 	err = -ENOMEM;
 	d->queue = calloc(d->max_claims, sizeof(*d->queue));
 	d->done = calloc(d->max_claims, sizeof(*d->done));
@@ -143,9 +212,12 @@ void discover_free(struct discover *d)
 	pthread_mutex_lock(&d->mu);
 	d->stop = true;
 	pthread_cond_broadcast(&d->work);
+	pthread_cond_broadcast(&d->scan_cv);
 	pthread_mutex_unlock(&d->mu);
 	for (unsigned int i = 0; i < d->nthreads; i++)
 		pthread_join(d->threads[i], NULL);
+	if (d->has_scanner)
+		pthread_join(d->scanner, NULL);
 	/* Given back, so that the host forgets the claims. */
 	for (size_t i = 0; i < d->ndone; i++) {
 		kvmstats_vmm__close(d->done[i].v);
@@ -155,7 +227,9 @@ void discover_free(struct discover *d)
 		kvmstats_host__insert(d->h, d->queue[i], NULL, "stopped", 0);
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->idle);
+	pthread_cond_destroy(&d->scan_cv);
 	pthread_mutex_destroy(&d->mu);
+	free(d->cand);
 	free(d->threads);
 	free(d->queue);
 	free(d->done);
@@ -168,14 +242,14 @@ static size_t in_flight(const struct discover *d)
 	return d->nqueue - d->head + d->busy + d->ndone;
 }
 
-int discover_refresh(struct discover *d)
+/* Queue the @n pids the host claimed (kvmstats_host__pending*()), and
+ * free them. Returns @n or a negative errno. */
+static int queue_claims(struct discover *d, pid_t *pids, int n)
 {
-	int dropped = kvmstats_host__update(d->h), n, i;
-	pid_t *pids;
+	int i;
 
-	n = kvmstats_host__pending(d->h, d->max_claims, &pids);
 	if (n <= 0)
-		return n < 0 ? n : dropped;
+		return n;
 	pthread_mutex_lock(&d->mu);
 	memmove(d->queue, d->queue + d->head,
 		(d->nqueue - d->head) * sizeof(*d->queue));
@@ -190,7 +264,54 @@ int discover_refresh(struct discover *d)
 	for (; i < n; i++)
 		kvmstats_host__insert(d->h, pids[i], NULL, "no room", 0);
 	free(pids);
+	return n;
+}
+
+int discover_refresh(struct discover *d)
+{
+	int dropped = kvmstats_host__update(d->h), n;
+	pid_t *pids;
+
+	n = kvmstats_host__pending(d->h, d->max_claims, &pids);
+	n = queue_claims(d, pids, n);
+	return n < 0 ? n : dropped;
+}
+
+int discover_scan(struct discover *d)
+{
+	int dropped;
+
+	if (!d->has_scanner)
+		return discover_refresh(d);
+	dropped = kvmstats_host__update(d->h);
+	pthread_mutex_lock(&d->mu);
+	d->scan_wanted = true;
+	pthread_cond_signal(&d->scan_cv);
+	pthread_mutex_unlock(&d->mu);
 	return dropped;
+}
+
+/* Claim among what the scanner found, if it found anything since. */
+static int claim_scanned(struct discover *d)
+{
+	pid_t *cand, *pids = NULL;
+	int n;
+
+	pthread_mutex_lock(&d->mu);
+	if (!d->scanned) {
+		pthread_mutex_unlock(&d->mu);
+		return 0;
+	}
+	d->scanned = false;
+	cand = d->cand;
+	n = d->ncand;
+	d->cand = NULL;
+	pthread_mutex_unlock(&d->mu);
+	if (n >= 0)
+		n = kvmstats_host__pending_among(d->h, cand, (size_t)n,
+						 d->max_claims, &pids);
+	free(cand);
+	return queue_claims(d, pids, n);
 }
 
 int discover_collect(struct discover *d)
@@ -208,6 +329,9 @@ int discover_collect(struct discover *d)
 	for (size_t i = 0; i < n; i++)
 		added += kvmstats_host__insert(d->h, done[i].pid, done[i].v,
 					       done[i].why, done[i].took_ns) > 0;
+	/* After the inserts, which make room for claims. A failed scan is
+	 * tried again at the next discover_scan(). */
+	claim_scanned(d);
 	return added;
 }
 
