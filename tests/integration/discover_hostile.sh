@@ -10,12 +10,12 @@
 #  - record -s 0.1 of a good VM (our tiny VMM; with --source qmp a
 #    well-behaved monitor) keeps every interval within 20 ms of 100 ms,
 #    none missing. Nothing on the sampling thread waits for discovery
-#    (opens and the scan of /proc run on threads of their own, at a lower
-#    priority); what the code cannot control is when the kernel runs the
+#    (opens and the scan of /proc run on threads of their own, outside a
+#    real-time class); what the code cannot control is when the kernel runs the
 #    thread on a machine other processes load: where the test may (root),
 #    record runs under SCHED_FIFO (chrt -f), as a loaded host runs it.
-# WINDOW=SECONDS sets the windows (default 8, record's at least 12; 60
-# for the report).
+# WINDOW=SECONDS sets the windows (default 8, record's at least 20: the
+# good monitor is opened behind the hostile ones; 60 for the report).
 source "$(dirname "$0")/../lib.sh"
 require_kvm discover_hostile
 need_tools discover_hostile python3 curl jq || exit 0
@@ -100,7 +100,7 @@ grep -q "pid=\"$GOOD\"" "$TMP/auto.last" &&
 # host-wide discovery beside the fakes; every interval between two
 # samples of the good VM (the log's times: when each sweep began) must
 # be within JITTER of 100 ms, and none may be missing.
-RWINDOW=$((WINDOW > 12 ? WINDOW : 12))
+RWINDOW=$((WINDOW > 20 ? WINDOW : 20))
 RT=()
 chrt -f 1 true 2>/dev/null && RT=(chrt -f 1)
 record_window() {
