@@ -10,8 +10,9 @@
  * exited VMMs, add hot-added vCPUs, ask for a scan of /proc, which runs
  * on a thread of its own: cli/discover.c), then sleep until the next tick
  * of an absolute schedule (clock_nanosleep(TIMER_ABSTIME)): nothing but
- * the sample itself runs between a tick and its sweep. Signals only set flags: SIGINT/SIGTERM stop
- * after the current sample, SIGHUP reopens the files (for logrotate).
+ * the sample itself runs between a tick and its sweep. Signals only set
+ * flags: SIGINT/SIGTERM stop after the current sample, SIGHUP reopens the
+ * files (for logrotate).
  */
 #include <cap-ng.h>
 #include <errno.h>
