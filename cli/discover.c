@@ -12,9 +12,17 @@
  * (kvmstats_host__insert()); the workers only call
  * kvmstats_host__prepare(), which reads nothing the host's thread
  * changes. So the host itself stays a one-thread object.
+ *
+ * The scan of /proc for VM fds (every fd of every process: 6-30 ms on a
+ * loaded 2-core machine, more with more processes) runs on a thread of
+ * its own too, when discover_scan() asks; the host's thread claims among
+ * what it found in its next discover_collect(). And the workers leave a
+ * real-time class the host's thread runs in: an open (connecting,
+ * parsing a schema) must not hold a CPU from a sample that is due.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +54,14 @@ struct discover {
 	size_t max_claims;
 	pthread_t *threads;
 	unsigned int nthreads;
+
+	pthread_t scanner;
+	bool has_scanner;
+	pthread_cond_t scan_cv;
+	bool scan_wanted;		/* asked by discover_scan() */
+	bool scanned;			/* a scan for discover_collect() */
+	pid_t *cand;			/* what it found */
+	int ncand;			/* or a negative errno */
 };
 
 static uint64_t mono_ns(void)
@@ -68,11 +84,23 @@ static bool next_pid(struct discover *d, pid_t *pid)
 	return true;
 }
 
+/* Out of a real-time class the host's thread may run in (`chrt -f
+ * kvmstats record`): a real-time worker would hold a CPU from the sample
+ * until it blocks. Not a higher nice: on a loaded host that starved the
+ * opens (a good monitor waited over 12 s). Best effort. */
+static void lower_priority(void)
+{
+	struct sched_param sp = { 0 };
+
+	pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+}
+
 static void *worker(void *arg)
 {
 	struct discover *d = arg;
 	struct opened o;
 
+	lower_priority();
 	pthread_mutex_lock(&d->mu);
 	while (next_pid(d, &o.pid)) {
 		uint64_t t0 = mono_ns();
@@ -86,6 +114,34 @@ static void *worker(void *arg)
 		d->done[d->ndone++] = o;
 		d->busy--;
 		pthread_cond_broadcast(&d->idle);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* The scanner: a scan of /proc whenever discover_scan() asks. */
+static void *scanner(void *arg)
+{
+	struct discover *d = arg;
+
+	lower_priority();
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		pid_t *cand = NULL;
+		int n;
+
+		while (!d->stop && !d->scan_wanted)
+			pthread_cond_wait(&d->scan_cv, &d->mu);
+		if (d->stop)
+			break;
+		d->scan_wanted = false;
+		pthread_mutex_unlock(&d->mu);
+		n = kvmstats_proc__vmm_pids(&cand);
+		pthread_mutex_lock(&d->mu);
+		free(d->cand);
+		d->cand = n < 0 ? NULL : cand;
+		d->ncand = n;
+		d->scanned = true;
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
@@ -107,8 +163,26 @@ static int start_workers(struct discover *d, unsigned int threads)
 		if (err)
 			break;
 	}
+	/* Without it, discover_scan() scans on the host's thread. */
+	d->has_scanner = d->nthreads &&
+			 !pthread_create(&d->scanner, NULL, scanner, d);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return d->nthreads ? 0 : err;
+}
+
+/* The lock the host's thread shares with the workers inherits priority:
+ * under `chrt -f`, a worker preempted while holding it on a host others
+ * load would hold the sampling thread for as long as the scheduler keeps
+ * the worker off a CPU (intervals of 0.8 and 2.2 s were seen). */
+static void init_lock(pthread_mutex_t *mu)
+{
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	if (pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT) ||
+	    pthread_mutex_init(mu, &a))
+		pthread_mutex_init(mu, NULL);
+	pthread_mutexattr_destroy(&a);
 }
 
 struct discover *discover_new(struct kvmstats_host *h, unsigned int threads)
@@ -120,9 +194,10 @@ struct discover *discover_new(struct kvmstats_host *h, unsigned int threads)
 		return NULL;
 	d->h = h;
 	d->max_claims = (size_t)threads * CLAIMS_PER_WORKER;
-	pthread_mutex_init(&d->mu, NULL);
+	init_lock(&d->mu);
 	pthread_cond_init(&d->work, NULL);
 	pthread_cond_init(&d->idle, NULL);
+	pthread_cond_init(&d->scan_cv, NULL);
 	err = -ENOMEM;
 	d->queue = calloc(d->max_claims, sizeof(*d->queue));
 	d->done = calloc(d->max_claims, sizeof(*d->done));
@@ -143,9 +218,12 @@ void discover_free(struct discover *d)
 	pthread_mutex_lock(&d->mu);
 	d->stop = true;
 	pthread_cond_broadcast(&d->work);
+	pthread_cond_broadcast(&d->scan_cv);
 	pthread_mutex_unlock(&d->mu);
 	for (unsigned int i = 0; i < d->nthreads; i++)
 		pthread_join(d->threads[i], NULL);
+	if (d->has_scanner)
+		pthread_join(d->scanner, NULL);
 	/* Given back, so that the host forgets the claims. */
 	for (size_t i = 0; i < d->ndone; i++) {
 		kvmstats_vmm__close(d->done[i].v);
@@ -155,7 +233,9 @@ void discover_free(struct discover *d)
 		kvmstats_host__insert(d->h, d->queue[i], NULL, "stopped", 0);
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->idle);
+	pthread_cond_destroy(&d->scan_cv);
 	pthread_mutex_destroy(&d->mu);
+	free(d->cand);
 	free(d->threads);
 	free(d->queue);
 	free(d->done);
@@ -168,14 +248,14 @@ static size_t in_flight(const struct discover *d)
 	return d->nqueue - d->head + d->busy + d->ndone;
 }
 
-int discover_refresh(struct discover *d)
+/* Queue the @n pids the host claimed (kvmstats_host__pending*()), and
+ * free them. Returns @n or a negative errno. */
+static int queue_claims(struct discover *d, pid_t *pids, int n)
 {
-	int dropped = kvmstats_host__update(d->h), n, i;
-	pid_t *pids;
+	int i;
 
-	n = kvmstats_host__pending(d->h, d->max_claims, &pids);
 	if (n <= 0)
-		return n < 0 ? n : dropped;
+		return n;
 	pthread_mutex_lock(&d->mu);
 	memmove(d->queue, d->queue + d->head,
 		(d->nqueue - d->head) * sizeof(*d->queue));
@@ -190,7 +270,54 @@ int discover_refresh(struct discover *d)
 	for (; i < n; i++)
 		kvmstats_host__insert(d->h, pids[i], NULL, "no room", 0);
 	free(pids);
+	return n;
+}
+
+int discover_refresh(struct discover *d)
+{
+	int dropped = kvmstats_host__update(d->h), n;
+	pid_t *pids;
+
+	n = kvmstats_host__pending(d->h, d->max_claims, &pids);
+	n = queue_claims(d, pids, n);
+	return n < 0 ? n : dropped;
+}
+
+int discover_scan(struct discover *d)
+{
+	int dropped;
+
+	if (!d->has_scanner)
+		return discover_refresh(d);
+	dropped = kvmstats_host__update(d->h);
+	pthread_mutex_lock(&d->mu);
+	d->scan_wanted = true;
+	pthread_cond_signal(&d->scan_cv);
+	pthread_mutex_unlock(&d->mu);
 	return dropped;
+}
+
+/* Claim among what the scanner found, if it found anything since. */
+static int claim_scanned(struct discover *d)
+{
+	pid_t *cand, *pids = NULL;
+	int n;
+
+	pthread_mutex_lock(&d->mu);
+	if (!d->scanned) {
+		pthread_mutex_unlock(&d->mu);
+		return 0;
+	}
+	d->scanned = false;
+	cand = d->cand;
+	n = d->ncand;
+	d->cand = NULL;
+	pthread_mutex_unlock(&d->mu);
+	if (n >= 0)
+		n = kvmstats_host__pending_among(d->h, cand, (size_t)n,
+						 d->max_claims, &pids);
+	free(cand);
+	return queue_claims(d, pids, n);
 }
 
 int discover_collect(struct discover *d)
@@ -208,6 +335,9 @@ int discover_collect(struct discover *d)
 	for (size_t i = 0; i < n; i++)
 		added += kvmstats_host__insert(d->h, done[i].pid, done[i].v,
 					       done[i].why, done[i].took_ns) > 0;
+	/* After the inserts, which make room for claims. A failed scan is
+	 * tried again at the next discover_scan(). */
+	claim_scanned(d);
 	return added;
 }
 

@@ -28,7 +28,11 @@ void discover_free(struct discover *d);
  * are due (within the bound on opens in flight). Returns how many VMMs
  * were dropped, or a negative errno. */
 int discover_refresh(struct discover *d);
-/* Insert the VMMs opened since the last call, and note the failures.
+/* The same, but the scan of /proc runs on the scanner's thread: the VMMs
+ * it finds are claimed and queued by a discover_collect() after it. */
+int discover_scan(struct discover *d);
+/* Insert the VMMs opened since the last call, and note the failures;
+ * claim and queue what the last discover_scan() found, once it is done.
  * Returns how many were added. */
 int discover_collect(struct discover *d);
 /* Anything queued, being opened or opened and not collected? */

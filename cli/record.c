@@ -4,11 +4,15 @@
  * binary log (kvmstats_log.h), and/or print a vmstat-like text log of
  * rates, as kvm_stat -l/-L does.
  *
- * The loop is: refresh the host every few seconds (new VMMs, hot-added
- * vCPUs), sweep every reader once, hand the readings to the log writer
- * (one writev per sample), print a text line, sleep until the next tick
- * of an absolute schedule. Signals only set flags: SIGINT/SIGTERM stop
- * after the current sample, SIGHUP reopens the files (for logrotate).
+ * The loop is: sweep every reader once, hand the readings to the log
+ * writer (one writev per sample), print a text line, insert the VMMs the
+ * discovery threads opened and every few seconds refresh the host (drop
+ * exited VMMs, add hot-added vCPUs, ask for a scan of /proc, which runs
+ * on a thread of its own: cli/discover.c), then sleep until the next tick
+ * of an absolute schedule (clock_nanosleep(TIMER_ABSTIME)): nothing but
+ * the sample itself runs between a tick and its sweep. Signals only set
+ * flags: SIGINT/SIGTERM stop after the current sample, SIGHUP reopens the
+ * files (for logrotate).
  */
 #include <cap-ng.h>
 #include <errno.h>
@@ -512,8 +516,9 @@ static int choose(struct rec *r)
  * at once, and the others are inserted when ready. */
 static int refresh(struct rec *r, bool first)
 {
-	int ret = r->disc ? discover_refresh(r->disc) :
-			    kvmstats_host__refresh(r->host);
+	int ret = !r->disc ? kvmstats_host__refresh(r->host) :
+		  first || r->a.npids ? discover_refresh(r->disc) :
+		  discover_scan(r->disc);
 
 	if (ret < 0) {
 		cli_err(r->cli, "scanning the host: %s", strerror(-ret));
@@ -634,10 +639,6 @@ static int run(struct rec *r)
 
 		if (hup_flag)
 			on_sighup(r);
-		/* Opened by the workers since: quick to insert, and
-		 * sampled from this tick on. */
-		if (r->disc)
-			discover_collect(r->disc);
 		now = now_ns(CLOCK_MONOTONIC);
 		/* Without --log nothing needs the readers' own readings. */
 		if (r->w && !r->log) {
@@ -661,8 +662,11 @@ static int run(struct rec *r)
 			log_line(r, now_ns(CLOCK_REALTIME), n);
 		if (r->count && (long)n + 1 >= r->count)
 			break;
-		/* After the sample, in the time until the next one: a scan
-		 * of /proc never makes a sample late. */
+		/* After the sample, in the time until the next one: the
+		 * VMMs the workers opened since (sampled from the next tick
+		 * on), and the claims of the scanner's last scan. */
+		if (r->disc)
+			discover_collect(r->disc);
 		if (now_ns(CLOCK_MONOTONIC) >= next_refresh) {
 			if (refresh(r, false))
 				return EXIT_FAIL;

@@ -643,7 +643,7 @@ KVMSTATS_API const char *kvmstats_host__errors(const struct kvmstats_host *h);
  * (a QMP monitor that never answers costs the timeout of each exchange):
  *
  *   kvmstats_host__update()   drop VMMs that exited, add hot-added vCPUs
- *   kvmstats_host__pending()  claim the VMMs to open now (fast)
+ *   kvmstats_host__pending()  claim the VMMs to open now (a scan of /proc)
  *   kvmstats_host__prepare()  open one (slow; on any thread)
  *   kvmstats_host__insert()   add it to the host, or note its failure (fast)
  *
@@ -664,6 +664,13 @@ KVMSTATS_API int kvmstats_host__update(struct kvmstats_host *h);
  * Returns how many, or a negative errno. */
 KVMSTATS_API int kvmstats_host__pending(struct kvmstats_host *h, size_t max,
 					pid_t **pids);
+/* The same among @cand (@n pids of kvmstats_proc__vmm_pids(), which a
+ * program may run on another thread: its scan of /proc is the slow part
+ * of kvmstats_host__pending() on a host of many processes). A host made
+ * with pids claims among those and ignores @cand. */
+KVMSTATS_API int kvmstats_host__pending_among(struct kvmstats_host *h,
+					      const pid_t *cand, size_t n,
+					      size_t max, pid_t **pids);
 /* Open @pid as the host would (its sources and options); NULL with errno
  * set and the reason in @errbuf when no source can. */
 KVMSTATS_API struct kvmstats_vmm *

@@ -600,33 +600,46 @@ static int claim_due(struct kvmstats_host *h, const pid_t *cand, size_t n,
 	return (int)got;
 }
 
-int kvmstats_host__pending(struct kvmstats_host *h, size_t max, pid_t **out)
+int kvmstats_host__pending_among(struct kvmstats_host *h, const pid_t *cand,
+				 size_t n, size_t max, pid_t **out)
 {
-	pid_t *all = NULL, *pids;
-	const pid_t *cand = h->pids;
-	int n = (int)h->o.npids;
+	pid_t *pids;
+	int got;
 
 	*out = NULL;
 	h->errors[0] = 0;
 	prune_retry(h);
+	if (h->o.npids) {
+		cand = h->pids;
+		n = h->o.npids;
+	}
+	if (n && !cand)
+		return -EINVAL;
+	pids = malloc((n + 1) * sizeof(*pids));
+	if (!pids)
+		return -ENOMEM;
+	got = claim_due(h, cand, n, max, pids);
+	if (got <= 0) {
+		free(pids);
+		return got;
+	}
+	*out = pids;
+	return got;
+}
+
+int kvmstats_host__pending(struct kvmstats_host *h, size_t max, pid_t **out)
+{
+	pid_t *all = NULL;
+	int n = 0;
+
+	*out = NULL;
 	if (!h->o.npids) {
 		n = kvmstats_proc__vmm_pids(&all);
 		if (n < 0)
 			return n;
-		cand = all;
 	}
-	pids = malloc(((size_t)n + 1) * sizeof(*pids));
-	if (!pids) {
-		free(all);
-		return -ENOMEM;
-	}
-	n = claim_due(h, cand, (size_t)n, max, pids);
+	n = kvmstats_host__pending_among(h, all, (size_t)n, max, out);
 	free(all);
-	if (n <= 0) {
-		free(pids);
-		return n;
-	}
-	*out = pids;
 	return n;
 }
 

@@ -7,20 +7,25 @@
 #  - serve answers its first scrape within 1 s of starting, and no scrape
 #    over the window takes 1 s (the VMMs are opened on worker threads,
 #    outside the scrape lock);
-#  - record -s 0.1 of a good VM (our tiny VMM) keeps every interval
-#    within 80 ms of 100 ms here (the 20 ms figure is measured by hand:
-#    CI machines are loaded; a stall on a monitor costs a second).
-# WINDOW=SECONDS sets the serve window (default 8; 60 for the report).
+#  - record -s 0.1 of a good VM (our tiny VMM; with --source qmp a
+#    well-behaved monitor) keeps every interval within 20 ms of 100 ms,
+#    none missing. Nothing on the sampling thread waits for discovery
+#    (opens and the scan of /proc run on threads of their own, outside a
+#    real-time class); what the code cannot control is when the kernel runs the
+#    thread on a machine other processes load: where the test may (root),
+#    record runs under SCHED_FIFO (chrt -f), as a loaded host runs it.
+# WINDOW=SECONDS sets the windows (default 8, record's at least 20: the
+# good monitor is opened behind the hostile ones; 60 for the report).
 source "$(dirname "$0")/../lib.sh"
 require_kvm discover_hostile
 need_tools discover_hostile python3 curl jq || exit 0
 WINDOW=${WINDOW:-8}
 # Bounds: the figures asked for, on a release build. Under ASan and UBSan
 # (and in the emulated lab) the process runs 2-3 times slower: the first
-# scrape gets 3 s there, a scrape 1.5 s, a record interval 60 ms of play.
-FIRST=1 SCRAPE=1 JITTER=0.080
+# scrape gets 3 s there, a scrape 1.5 s (a record interval 20 ms still).
+FIRST=1 SCRAPE=1 JITTER=0.020
 if ldd "$KVMSTATS" 2>/dev/null | grep -q libasan; then
-	FIRST=3 SCRAPE=1.5 JITTER=0.150
+	FIRST=3 SCRAPE=1.5
 fi
 FIRST=$(slow_s $FIRST) SCRAPE=$(slow_s $SCRAPE) JITTER=$(slow_s $JITTER)
 
@@ -40,6 +45,12 @@ done
 pass "discover_hostile: 5 mute and 20 erring monitors hold real VMs ($(wc -l <"$TMP/fakes") processes)"
 start_vmm --vms 1 --vcpus 2 --hold-stats --workload halt || { fail "discover_hostile: tinyvmm started"; exit 0; }
 GOOD=$VMM_PID
+# The good VM that --source qmp reads: a well-behaved monitor.
+(HQ_SOCK=$TMP/goodq.sock exec -a qemu-system-x86_64 "$PY" "$HOSTILE" plain 2 "$TMP/goodq.ready" \
+	-qmp "unix:$TMP/goodq.sock,server=on") 2>"$TMP/goodq.log" &
+GOODQ=$!
+track $GOODQ
+wait_file "$TMP/goodq.ready" 20 || { fail "discover_hostile: good monitor started" "$(cat "$TMP/goodq.log")"; exit 0; }
 
 now() { date +%s.%N; }
 
@@ -85,16 +96,35 @@ grep -q "pid=\"$GOOD\"" "$TMP/auto.last" &&
 	pass "discover_hostile: serve (auto) exports the good VM beside them" ||
 	fail "discover_hostile: serve (auto) exports the good VM" "$(grep -c . "$TMP/auto.last") lines"
 
-# record -s 0.1 of the good VM, host-wide discovery beside the fakes.
-"$KVMSTATS" record -s 0.1 --duration "$(slow_s 6)" --refresh 1 -o "$TMP/rec.kvl" \
-	2>"$TMP/rec.err"
-rc=$?
-"$KVMSTATS" replay --json "$TMP/rec.kvl" 2>/dev/null |
-	jq -r --argjson p "$GOOD" 'select(any(.vms[]; .pid == $p)) | .time' >"$TMP/times"
-read -r n worst <<<"$(awk 'NR > 1 { d = $1 - p; e = d - 0.1; if (e < 0) e = -e;
-	if (e > w) w = e; n++ } { p = $1 } END { printf "%d %.4f\n", n, w }' "$TMP/times")"
-echo "# record -s 0.1: rc $rc, $n intervals of the good VM, the farthest from 100 ms by $worst s"
-[ "$rc" = 0 ] && [ "$n" -ge "$(awk -v s="$(slow_s 6)" 'BEGIN { print int(s * 10 * 0.8) }')" ] &&
-	awk -v w="$worst" -v b="$JITTER" 'BEGIN { exit !(w <= b) }' &&
-	pass "discover_hostile: record -s 0.1 beside them: $n intervals, each within $worst s of 100 ms (<= $JITTER s)" ||
-	fail "discover_hostile: record -s 0.1 keeps its interval beside them" "rc $rc, $n intervals, worst $worst s: $(head -3 "$TMP/rec.err")"
+# record_window NAME ARGS...: record -s 0.1 with ARGS for WINDOW seconds,
+# host-wide discovery beside the fakes; every interval between two
+# samples of the good VM (the log's times: when each sweep began) must
+# be within JITTER of 100 ms, and none may be missing.
+RWINDOW=$((WINDOW > 20 ? WINDOW : 20))
+RT=()
+chrt -f 1 true 2>/dev/null && RT=(chrt -f 1)
+record_window() {
+	local name=$1 good=$2 rc n worst first t0
+	shift 2
+	t0=$(now)
+	"${RT[@]}" "$KVMSTATS" record -s 0.1 --duration "$(slow_s "$RWINDOW")" --refresh 1 "$@" \
+		-o "$TMP/$name.kvl" 2>"$TMP/$name.err"
+	rc=$?
+	# (--pid: the log holds the fakes too, 8 MB for 60 s.)
+	"$KVMSTATS" replay --json --pid "$good" "$TMP/$name.kvl" 2>/dev/null |
+		jq -r --argjson p "$good" 'select(any(.vms[]; .pid == $p)) | .time' >"$TMP/$name.times"
+	# A tick missed is an interval of 200 ms: every interval from the
+	# good VM's first sample (a monitor is opened behind the hostile
+	# ones, seconds later) to the end of the window is checked.
+	read -r n worst first <<<"$(awk -v t0="$t0" 'NR == 1 { f = $1 - t0 }
+		NR > 1 { d = $1 - p; e = d - 0.1; if (e < 0) e = -e; if (e > w) w = e; n++ }
+		{ p = $1 } END { printf "%d %.4f %.2f\n", n, w, f }' "$TMP/$name.times")"
+	echo "# record -s 0.1 $* ${RT[*]}: rc $rc, the good VM first sampled $first s after start, then $n intervals, the farthest from 100 ms by $worst s"
+	[ "$rc" = 0 ] && [ "$n" -ge 10 ] &&
+		awk -v w="$worst" -v b="$JITTER" 'BEGIN { exit !(w <= b) }' &&
+		pass "discover_hostile: record -s 0.1 $* beside them: $n intervals, each within $worst s of 100 ms (<= $JITTER s)" ||
+		fail "discover_hostile: record -s 0.1 $* keeps every interval within $JITTER s of 100 ms" \
+			"rc $rc, $n intervals (10 wanted), worst $worst s: $(head -3 "$TMP/$name.err")"
+}
+record_window rec_qmp "$GOODQ" --source qmp
+record_window rec_auto "$GOOD"

@@ -6,7 +6,8 @@
  * not, and fork children of their own that hold the same VM (a family).
  * Every failure backs off, a family is one open at a time, claims in
  * flight stay within the caller's bound, and a VMM prepared on another
- * thread while the host's thread sweeps is inserted whole.
+ * thread while the host's thread sweeps is inserted whole; a host-wide
+ * host claims among the pids a scan on another thread found.
  */
 #include <fcntl.h>
 #include <linux/kvm.h>
@@ -255,11 +256,42 @@ static void test_prepare_beside_sweeps(void **state)
 	family_stop(&b);
 }
 
+/* A host-wide host claims among the candidates it is given (a scan made
+ * on another thread), and only among them. */
+static void test_pending_among(void **state)
+{
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_host *h;
+	struct family a, b;
+	pid_t *p = NULL;
+
+	(void)state;
+	family_start(&a, true, 0);
+	family_start(&b, true, 0);
+	h = kvmstats_host__new(ctx, &(struct kvmstats_host_opts){
+		.sz = sizeof(struct kvmstats_host_opts), .source = "fd" });
+	assert_non_null(h);
+	assert_int_equal(kvmstats_host__pending_among(h, NULL, 0, 0, &p), 0);
+	assert_null(p);
+	assert_int_equal(kvmstats_host__pending_among(h, NULL, 1, 0, &p), -EINVAL);
+	assert_int_equal(kvmstats_host__pending_among(h, &b.pids[0], 1, 0, &p), 1);
+	assert_int_equal(p[0], b.pids[0]);
+	assert_int_equal(open_claimed(h, p[0]), 1);
+	free(p);
+	assert_int_equal(kvmstats_host__num_vmms(h), 1);
+	assert_int_equal(kvmstats_vmm__pid(kvmstats_host__vmm(h, 0)), b.pids[0]);
+	kvmstats_host__free(h);
+	kvmstats_ctx__free(ctx);
+	family_stop(&a);
+	family_stop(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_family_backs_off),
 		cmocka_unit_test(test_claims_bounded),
+		cmocka_unit_test(test_pending_among),
 		cmocka_unit_test(test_prepare_beside_sweeps),
 	};
 
