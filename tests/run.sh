@@ -9,6 +9,9 @@
 #   tests/run.sh --lab [--npt N] every KVM test in the lab (make test-lab)
 #   tests/run.sh --lab --stock   the lab's stock-KVM pass alone (what a
 #                                 KVM such as kvm_pvm gets in the lab)
+#   tests/run.sh --lab --stock --stack SUITE
+#                                the stock pass of a Debian suite's stack
+#                                (tests/lab/kvmlab --stack; trixie, sid)
 #   tests/run.sh --inner         (inside the lab: one item of a lab pass, as told by
 #                                 KVMSTATS_RUN_* variables)
 #
@@ -38,6 +41,11 @@ LOG=$(mktemp -d /tmp/kvmstats-run.XXXXXX)
 passed=0 failed=0 skipped=0
 MODE=outer NPT=${NPT:-} LAB_WHAT=all
 QEMU_VERSIONS=${KVMSTATS_TEST_QEMUS:-system 10.0}
+# The stacks whose stock pass make test runs too, besides the host's own
+# (see stack_pass), and what that pass runs.
+STACKS=${KVMSTATS_TEST_STACKS:-}
+STACK_SCRIPTS=${KVMSTATS_TEST_STACK_SCRIPTS:-check_kvm agree stock plan_migrate libvirt serve}
+STACK=
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -45,7 +53,8 @@ while [ $# -gt 0 ]; do
 	--inner) MODE=inner ;;
 	--npt) NPT=$2; shift ;;
 	--stock) LAB_WHAT=stock ;;
-	*) echo "usage: $0 [--lab [--npt 0|1] [--stock]]" >&2; exit 2 ;;
+	--stack) STACK=$2; shift ;;
+	*) echo "usage: $0 [--lab [--npt 0|1] [--stock [--stack SUITE]]]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -250,6 +259,21 @@ lab_scripts() {
 	scripts stock-kvm
 }
 
+# stack_items: a stack's pass in as few boots as its scripts allow: the
+# scripts in two batches (a boot each), so that a boot that stalls costs
+# half the pass, not all of it.
+stack_items() {
+	local n=0 t a="" b=""
+	for t in $STACK_SCRIPTS; do
+		t=tests/integration/$t.sh
+		[ -f "$t" ] || { echo "plain:$t"; continue; }	# counted as a failure inside
+		if [ $((n % 2)) = 0 ]; then a="$a,$t"; else b="$b,$t"; fi
+		n=$((n + 1))
+	done
+	[ -n "$a" ] && echo "plain:${a#,}"
+	[ -n "$b" ] && echo "plain:${b#,}"
+}
+
 # lab_items WHAT: what a lab pass runs, one boot each, as items for
 # --inner: "units", "once:SCRIPT" (with the ASan+UBSan CLI but nosan),
 # "plain:SCRIPT" (release CLI), "qemu:VERSION:SCRIPT" (a QEMU-tagged
@@ -259,6 +283,10 @@ lab_scripts() {
 # stalled twice).
 lab_items() {
 	local t v var
+	if [ "$1" = stack ]; then
+		stack_items
+		return
+	fi
 	if [ "$1" = all ]; then
 		echo units
 		for t in $(lab_scripts all); do echo "once:$t"; done
@@ -295,8 +323,9 @@ lab_pass() {
 	local name=$1 what=$2 envs=() v var item boots voids=0 NPT=$NPT	# lab_boot reads it
 	if [ -z "$NPT" ]; then
 		NPT=0
-		[ "$what" = stock ] && NPT=1
+		[ "$what" != all ] && NPT=1
 	fi
+	[ "$what" = stack ] && envs+=(--stack "$STACK")
 	for v in $QEMU_VERSIONS; do
 		[ "$v" = system ] && continue
 		qemu_wrapper "$v"
@@ -317,6 +346,26 @@ lab_pass() {
 				break
 			fi
 		done
+	done
+}
+
+# stack_pass SUITE: the stock pass of a Debian suite's stack (kvmlab
+# --stack: its kernel, QEMU, libvirt and libraries; the project built
+# there) with that suite's own QEMU only.
+stack_pass() {
+	local STACK=$1 QEMU_VERSIONS=system	# lab_pass and lab_boot read them
+	lab_pass "lab: $1 stack" stack
+}
+
+# host_stack: this host's Debian suite (its stack is the plain lab's).
+host_stack() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}"); }
+
+# stack_passes: the stacks of KVMSTATS_TEST_STACKS but the host's own.
+stack_passes() {
+	local s
+	for s in $STACKS; do
+		[ "$s" = "$(host_stack)" ] && continue
+		stack_pass "$s"
 	done
 }
 
@@ -354,7 +403,10 @@ inner_item() {
 	case $1 in
 	units) unit_pass kvm ;;
 	once:*) script_once "${1#once:}" ;;
-	plain:*) t=${1#plain:}; run "$(basename "$t" .sh)" 1200 bash "$t" ;;
+	plain:*)
+		for t in $(echo "${1#plain:}" | tr ',' ' '); do
+			run "$(basename "$t" .sh)" 1200 bash "$t"
+		done ;;
 	qemu:*:*)
 		t=${1#qemu:}
 		QEMU_VERSIONS=${t%%:*} qemu_pass "${t#*:}" ;;
@@ -368,7 +420,11 @@ inner)
 	inner_item "${KVMSTATS_RUN_ITEM:-}"
 	;;
 lab)
-	lab_pass "lab: $LAB_WHAT" "$LAB_WHAT"
+	if [ -n "$STACK" ] && [ "$STACK" != "$(host_stack)" ]; then
+		stack_pass "$STACK"
+	else
+		lab_pass "lab: $LAB_WHAT" "$LAB_WHAT"
+	fi
 	;;
 outer)
 	unit_pass none
@@ -385,6 +441,7 @@ outer)
 		echo "# KVM tests: this machine has no /dev/kvm, so in the lab"
 		lab_pass "lab: every KVM test" all
 	fi
+	stack_passes
 	;;
 esac
 

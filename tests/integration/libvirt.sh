@@ -176,18 +176,21 @@ jq -s --argjson s "$t_stop" --argjson c "$t_cont" '[.[].time] as $t |
 	 max_gap: ([range(1; $t | length) as $i | $t[$i] - $t[$i - 1]] | max)}' \
 	"$LV/rec.json" >"$LV/rec.sum" 2>/dev/null
 echo "# record ran $ms ms (--duration $dur): $(jq -c . "$LV/rec.sum" 2>/dev/null)"
-if [ "$rc" = 0 ] && [ "$ms" -lt $((dur * 1000 + 3000)) ] &&
+# Its end may come late by the time a loaded machine takes to start and
+# stop a process: 3 s, scaled under emulation as every bound is (a lab
+# loaded by other work took 3.4 s).
+if [ "$rc" = 0 ] && [ "$ms" -lt $((dur * 1000 + $(slow 3) * 1000)) ] &&
 	jq -e '.before >= 3 and .after >= 3 and .max_gap < 2' "$LV/rec.sum" >/dev/null 2>&1; then
 	pass "sweeps go on through a hung libvirtd and resume after it"
 else
 	fail "sweeps go on through a hung libvirtd and resume after it" \
-		"rc $rc, $ms ms: $(cat "$LV/rec.sum" "$LV/rec.err" 2>/dev/null | head -5)"
+		"rc $rc, $ms ms: $(jq -c . "$LV/rec.sum" 2>/dev/null); $(head -5 "$LV/rec.err" 2>/dev/null)"
 fi
 
 timeout 10 "${VIRSH[@]}" destroy "$DOM" >/dev/null 2>&1
-for i in $(seq 50); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 50); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$QEMU_PID" 2>/dev/null && pass "domain destroyed" || fail "domain destroyed"
 kill -TERM "$LVD" "$(cat "$LV/virtlogd.pid")" 2>/dev/null
-for i in $(seq 100); do kill -0 "$LV_HOLDER" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 100); do kill -0 "$LV_HOLDER" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$LV_HOLDER" 2>/dev/null && pass "libvirtd and virtlogd stopped" ||
 	fail "libvirtd and virtlogd stopped"
