@@ -102,8 +102,9 @@ ROWS=""
 for i in $(seq "$n"); do
 	eval "p=\$PID_$i mem=\$MEM_$i keys=\$KEYS_$i"
 	# shellcheck disable=SC2154 # set by the eval above
-	read -r rank psec verd < <(jq -r --argjson p "$p" '.vms[] | select(.pid == $p) |
-		"\(.rank) \(.predicted_seconds) \(.prediction.verdict // .converges)"' "$TMP/plan.json")
+	read -r rank psec verd bws < <(jq -r --argjson p "$p" '.vms[] | select(.pid == $p) |
+		"\(.rank) \(.predicted_seconds) \(.prediction.verdict // .converges)
+		\(.prediction.settings["max-bandwidth"].source // "-")"' "$TMP/plan.json" | tr '\n' ' ')
 	# shellcheck disable=SC2154
 	QEMU_MEM=$mem launch_qemu "dst$i" "$keys" -incoming defer
 	if ! wait_until "$(slow 300)" test -S "$TMP/dst$i.qmp" || ! setup "dst$i"; then
@@ -116,11 +117,11 @@ for i in $(seq "$n"); do
 		fail "VM $i (${mem} MiB, $keys): the migration did not complete"
 		continue
 	fi
-	ROWS="$ROWS$rank $ms $psec $verd $mem $keys
+	ROWS="$ROWS$rank $ms $psec $verd $bws $mem $keys
 "
 done
 echo "# max-bandwidth $((BW >> 20)) MiB/s, downtime-limit 300 ms"
-echo "# rank  QEMU ms  pred s  verdict  MiB  guest"
+echo "# rank  QEMU ms  pred s  verdict  max-bandwidth from  MiB  guest"
 sort -n <<<"$ROWS" | sed '/^$/d; s/^/# /'
 
 # Kendall's tau-a between rank and QEMU's time: pairs in the same order
@@ -128,7 +129,7 @@ sort -n <<<"$ROWS" | sed '/^$/d; s/^/# /'
 tau=$(awk 'NF { r[n] = $1; t[n] = $2; n++ }
 	END { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) {
 		s = (r[i] - r[j]) * (t[i] - t[j]); if (s > 0) c++; else if (s < 0) d++ }
-	printf "%.3f", n > 1 ? (c - d) / (n * (n - 1) / 2) : 0 }' <<<"$ROWS")
+	printf "%.3f", (n > 1 ? (c - d) / (n * (n - 1) / 2) : 0) }' <<<"$ROWS")
 echo "# Kendall tau: $tau over $(sed '/^$/d' <<<"$ROWS" | wc -l) VMs"
 check "Kendall tau between the plan's rank and QEMU's migration times is $tau >= 0.8 ($n VMs)" \
 	awk -v t="$tau" -v m="$(sed '/^$/d' <<<"$ROWS" | wc -l)" -v n="$n" 'BEGIN { exit !(m == n && t >= 0.8) }'
