@@ -26,13 +26,35 @@
  *   exits=N       N port I/O exits (out to port 0x80) after the writes
  *                 (default 0)
  *   dirty=SIZE    bytes from base rewritten by dirtyloop (default 16M)
- *   dirtyloop=1   after READY, rewrite the dirty region forever: one byte
- *                 per 4 KiB page per pass, a different non-zero byte on
- *                 each pass; otherwise halt with interrupts off
+ *   dirtyloop=1   after READY, rewrite the dirty region forever, page by
+ *                 page, as fast as it can (or at rate=); otherwise halt
+ *                 with interrupts off
+ *   rate=N        with dirtyloop=1: rewrite N pages per second (a plain
+ *                 number, no suffix), paced by the TSC, which the guest
+ *                 calibrates against the CMOS clock (default 0: as
+ *                 fast as it can).  The pace is kept in 10 ms ticks; a
+ *                 guest that falls behind (throttled by auto-converge,
+ *                 or too slow) does not catch up, as a paced workload
+ *                 would not
+ *   data=random|compressible
+ *                 what dirtyloop writes: random rewrites every word of
+ *                 the page from a xorshift generator, which zlib and zstd
+ *                 cannot compress; compressible (default) changes one
+ *                 byte per page, a different non-zero one on each pass
+ *   pool=ADDR poolsize=SIZE
+ *                 random bytes put there by the loader (QEMU's -device
+ *                 loader): data=random copies each page from the pool
+ *                 (rep movsl, at a word offset that moves on each pass)
+ *                 instead of running the generator, which is much faster
+ *                 where KVM emulates every guest instruction (kvm_pvm
+ *                 runs the generator at about 100 pages/s)
  *
  * Memory above base + nonzero + zero is never touched.  Regions are cut at
  * the end of RAM (multiboot mem_upper).  When the work is done the guest
  * prints one "mbguest: ..." line and then "READY" on COM1 (port 0x3f8).
+ * With rate=, a line "mbguest: tsc K kHz, rate N pages/s, data=..." comes
+ * before READY and, a second later, "mbguest: dirtied N pages in the
+ * first second" (what it could really do).
  *
  * Freestanding: no header, no libgcc (no 64-bit division), so it builds
  * with any gcc -m32, multilib or not.
@@ -50,6 +72,9 @@ typedef unsigned long long u64;
 #define EXIT_PORT	0x80
 #define PAGE_SIZE	4096u
 #define PATTERN		0xa5a5a5a5u
+#define CMOS_INDEX	0x70
+#define CMOS_DATA	0x71
+#define TICKS_PER_S	100u		/* the pace is kept per 10 ms */
 
 /* The first fields of the multiboot information structure. */
 struct mb_info {
@@ -68,6 +93,10 @@ struct config {
 	u64 stride;
 	u64 exits;
 	u64 dirtyloop;
+	u64 rate;
+	u64 pool;
+	u64 poolsize;
+	int random;
 };
 
 extern char _end[];		/* from the linker script */
@@ -183,6 +212,16 @@ static void bad_token(const char *tok)
 	puts_serial("'\n");
 }
 
+/* A word ends at a space or the end of the string. */
+static int word_is(const char *s, const char *word)
+{
+	while (*word && *s == *word) {
+		s++;
+		word++;
+	}
+	return !*word && (!*s || is_space(*s));
+}
+
 static void parse_token(struct config *c, const char *tok)
 {
 	const struct {
@@ -196,9 +235,22 @@ static void parse_token(struct config *c, const char *tok)
 		{ "stride", &c->stride },
 		{ "exits", &c->exits },
 		{ "dirtyloop", &c->dirtyloop },
+		{ "rate", &c->rate },
+		{ "pool", &c->pool },
+		{ "poolsize", &c->poolsize },
 	};
 	const char *val;
 	unsigned int i;
+
+	if (key_is(tok, "data", &val)) {
+		if (word_is(val, "random"))
+			c->random = 1;
+		else if (word_is(val, "compressible"))
+			c->random = 0;
+		else
+			bad_token(tok);
+		return;
+	}
 
 	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		if (key_is(tok, keys[i].key, &val)) {
@@ -280,15 +332,154 @@ static void fill(u32 start, u32 len, u32 stride, u32 pattern)
 	}
 }
 
-static void dirty_forever(u32 start, u32 len)
+static inline u64 rdtsc(void)
 {
-	u32 pass = 0, p;
+	u32 lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return (u64)hi << 32 | lo;
+}
+
+static u8 rtc_seconds(void)
+{
+	outb(CMOS_INDEX, 0x00);
+	return inb(CMOS_DATA);
+}
+
+/*
+ * TSC cycles per 10 ms: the cycles between two ticks of the CMOS clock's
+ * seconds, one second apart (the guest waits up to two seconds for it).
+ * The PIT's channel 2 was tried first, as Linux's pit_calibrate_tsc()
+ * does, but under kvm_pvm it gave 2.45 to 3.37 GHz for a 2.45 GHz TSC
+ * from one boot to the next; a one-second span makes the error of a poll
+ * negligible.  0 if the seconds never ticked.  Without 64-bit division:
+ * a quarter of a second's cycles fits 32 bits below 17 GHz.
+ */
+static u32 tsc_per_tick(void)
+{
+	u32 spins = 0;
+	u64 t0, t1;
+	u8 s;
+
+	s = rtc_seconds();
+	while (rtc_seconds() == s)
+		if (++spins > 200000000u)
+			return 0;
+	t0 = rdtsc();
+	s = rtc_seconds();
+	while (rtc_seconds() == s)
+		if (++spins > 400000000u)
+			return 0;
+	t1 = rdtsc();
+	if ((t1 - t0) >> 34)
+		return 0;
+	return (u32)((t1 - t0) >> 2) / (TICKS_PER_S / 4);
+}
+
+struct pool {
+	u32 addr;
+	u32 size;		/* a multiple of the page size; 0: no pool */
+	u32 at;			/* the next page's offset in it */
+};
+
+/* rep movsl: one instruction, as fill32. */
+static void copy32(u32 dst, u32 src, u32 words)
+{
+	__asm__ volatile("cld; rep movsl"
+			 : "+D"(dst), "+S"(src), "+c"(words)
+			 :
+			 : "memory");
+}
+
+/*
+ * The next page of the pool, shifted by a word each time the pool wraps,
+ * so that a page never gets the content it had: what it copies is random
+ * and never repeats within a compressor's window.
+ */
+static void pool_page(u32 p, struct pool *pl)
+{
+	u32 left = pl->size - pl->at;
+
+	if (left >= PAGE_SIZE) {
+		copy32(p, pl->addr + pl->at, PAGE_SIZE / 4);
+	} else {
+		copy32(p, pl->addr + pl->at, left / 4);
+		copy32(p + left, pl->addr, (PAGE_SIZE - left) / 4);
+	}
+	pl->at += PAGE_SIZE;
+	if (pl->at >= pl->size)
+		pl->at = (pl->at - pl->size + 4) % pl->size;
+}
+
+/* Rewrite the page at p: every word (random) or one byte (compressible). */
+static void dirty_page(u32 p, int random, u8 v, u32 *x, struct pool *pl)
+{
+	u32 i, s = *x;
+
+	if (random && pl->size) {
+		pool_page(p, pl);
+		return;
+	}
+	if (!random) {
+		*(volatile u8 *)p = v;
+		return;
+	}
+	for (i = 0; i < PAGE_SIZE; i += 4) {
+		s ^= s << 13;
+		s ^= s >> 17;
+		s ^= s << 5;
+		((volatile u32 *)p)[i / 4] = s;
+	}
+	*x = s;
+}
+
+static void dirty_forever(u32 start, u32 len, int random, struct pool *pl)
+{
+	u32 pass = 0, p, x = 0x9e3779b9u;
 
 	for (;;) {
 		u8 v = pass++ % 255 + 1;	/* never 0: pages stay non-zero */
 
 		for (p = start; p - start < len; p += PAGE_SIZE)
-			*(volatile u8 *)p = v;
+			dirty_page(p, random, v, &x, pl);
+	}
+}
+
+/*
+ * rate pages per second: each 10 ms tick earns rate credits and a page
+ * costs TICKS_PER_S of them, so no rate is rounded away.  A tick missed
+ * (the vCPU was not running) is not made up for.
+ */
+static void dirty_paced(u32 start, u32 len, u32 rate, int random, u32 tick,
+			struct pool *pl)
+{
+	u32 pass = 0, p = start, x = 0x9e3779b9u, credit = 0, ticks = 0;
+	u32 done = 0;
+	u64 next = rdtsc() + tick, now;
+
+	for (;;) {
+		credit += rate;
+		while (credit >= TICKS_PER_S) {
+			dirty_page(p, random, pass % 255 + 1, &x, pl);
+			credit -= TICKS_PER_S;
+			done++;
+			p += PAGE_SIZE;
+			if (p - start >= len) {
+				p = start;
+				pass++;
+			}
+		}
+		if (++ticks == TICKS_PER_S) {
+			puts_serial("mbguest: dirtied ");
+			putu_serial(done);
+			puts_serial(" pages in the first second\n");
+		}
+		now = rdtsc();
+		if (now > next + tick)
+			next = now;
+		while (rdtsc() < next)
+			__asm__ volatile("pause");
+		next += tick;
 	}
 }
 
@@ -309,12 +500,34 @@ static void report(const struct config *c)
 	putu_serial((u32)c->exits);
 	if (c->dirtyloop)
 		put_kib(" dirty=", c->dirty);
-	puts_serial("\nREADY\n");
+	puts_serial("\n");
+}
+
+/* The paced loop's clock and figures, then READY; 0 without a clock. */
+static u32 report_pace(const struct config *c)
+{
+	u32 tick = tsc_per_tick();
+
+	if (!tick) {
+		puts_serial("mbguest: no CMOS clock to calibrate the TSC against\n");
+		return 0;
+	}
+	puts_serial("mbguest: tsc ");
+	putu_serial(tick / 10);
+	puts_serial(" kHz, rate ");
+	putu_serial((u32)c->rate);
+	puts_serial(" pages/s, data=");
+	puts_serial(c->random ? "random" : "compressible");
+	if (c->random && c->poolsize)
+		put_kib(" from a pool of ", c->poolsize);
+	puts_serial("\n");
+	return tick;
 }
 
 void mb_main(u32 magic, const struct mb_info *mbi)
 {
 	struct config c = { .base = 16u << 20, .dirty = 16u << 20, .stride = 4 };
+	struct pool pl = { 0 };
 	u64 ram_end = 0xffffffffull;
 	u32 i;
 
@@ -346,9 +559,23 @@ void mb_main(u32 magic, const struct mb_info *mbi)
 	fill(c.base + c.nonzero, c.zero, c.stride, 0);
 	for (i = 0; i < c.exits; i++)
 		outb(EXIT_PORT, 0);
+	if (c.poolsize && c.pool + c.poolsize <= ram_end && c.pool >= (u32)_end) {
+		pl.addr = (u32)c.pool;
+		pl.size = (u32)c.poolsize & ~(PAGE_SIZE - 1);
+	}
+	if (c.rate > 0xffffffffu / 2)
+		c.rate = 0xffffffffu / 2;
 	report(&c);
+	if (c.dirtyloop && c.rate) {
+		u32 tick = report_pace(&c);
 
+		if (!tick)
+			halt_forever();
+		puts_serial("READY\n");
+		dirty_paced(c.base, c.dirty, c.rate, c.random, tick, &pl);
+	}
+	puts_serial("READY\n");
 	if (c.dirtyloop)
-		dirty_forever(c.base, c.dirty);
+		dirty_forever(c.base, c.dirty, c.random, &pl);
 	halt_forever();
 }

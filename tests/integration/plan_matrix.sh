@@ -1,0 +1,315 @@
+#!/bin/bash
+# kvmstats plan against real migrations of busy guests (issue 20's
+# matrix): mechanisms legacy, multifd (4 channels), multifd + zstd,
+# auto-converge and postcopy, each on a quiet guest, a guest dirtying
+# below the threshold and one dirtying above it, plus legacy on a guest
+# near it. The threshold is the bandwidth: a working set rewritten slower
+# than max-bandwidth (32 MiB/s) shrinks pass by pass until it fits
+# bandwidth x downtime-limit (32 MiB/s x 300 ms); faster, it never does.
+# Our multiboot guest (128 MiB) dirties its 32 MiB working set at a rate
+# it paces itself (mbguest's rate= and data=):
+#  - quiet:  32 MiB written once, one word per page;
+#  - below:  1024 pages/s (4 MiB/s) of random data (incompressible);
+#  - near:   7168 pages/s (28 MiB/s, 7/8 of the bandwidth), one byte per
+#            page (compressible);
+#  - above:  16384 pages/s (64 MiB/s), one byte per page.
+# With zstd, "below" is the incompressible case and "above" the
+# compressible one (which QEMU 10 sends compressed, so converges).
+# Each case plans the VM as an operator would (`plan --pid P --method
+# scan --interval 2 --json`, the settings read over QMP, --postcopy for
+# postcopy) and once more with --interval 0 (the time at no dirtying, T0),
+# then migrates it over loopback TCP to a destination QEMU with the same
+# settings; postcopy is started (migrate-start-postcopy) once the first
+# pass is over. A migration still running after max(3 x T0 + 10 s, 2 x the
+# predicted time + 10 s) is cancelled (migrate_cancel), as is one that
+# runs 60 s with auto-converge or postcopy (which must complete).
+# Asserts issue 20's "Done when", for every case:
+#  - completed: predicted bytes within 10% (20% with compression) of
+#    QEMU's ram.transferred, time within 15% (25% with compression or
+#    auto-converge) of its total-time (below a second, within 0.5 s);
+#  - verdict "converges": QEMU completed within 2x the predicted time;
+#  - verdict "does-not-converge" (no auto-converge, no postcopy): QEMU
+#    did not complete within the bound;
+#  - "uncertain" in at most a fifth of the cases.
+# Prints the table of predicted against real. In the lab (`slow` > 1):
+# legacy quiet and above, auto-converge above and postcopy below, on 64
+# MiB guests (a 16 MiB working set) at 8 MiB/s.
+# SPDX-License-Identifier: GPL-2.0-or-later
+# kvmstats-test: needs=kvm qemu
+# shellcheck disable=SC2154 # boot sets VM_<chain>, PID_<chain> (eval)
+source "$(dirname "$0")/../lib.sh"
+
+require_kvm plan_matrix
+need_tools plan_matrix "$QEMU" socat jq || exit 0
+if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
+	fail plan_matrix "build/kvmstats or build/mbguest.elf missing: run make build"
+	exit 0
+fi
+VER=$(qemu_version)
+
+if [ "$SLOW" -gt 1 ]; then
+	MEM=64 WS=16M BW=$((8 << 20)) POOL=8M
+	R_BELOW=256 R_NEAR=1792 R_ABOVE=4096
+else
+	MEM=128 WS=32M BW=$((32 << 20)) POOL=16M
+	R_BELOW=1024 R_NEAR=7168 R_ABOVE=16384
+fi
+INTERVAL=2
+DOWNTIME=300
+# The pool of random bytes data=random copies from, at 48 MiB.
+POOL_AT=0x3000000
+
+# setup NAME CAPS PARAMS: migration capabilities (a JSON array) and
+# parameters (a JSON object) on NAME.
+setup() {
+	local r
+	r=$(q "$1" "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":$2}}")
+	case $r in *'"return"'*) ;; *) echo "# $1: capabilities: $r"; return 1 ;; esac
+	r=$(q "$1" "{\"execute\":\"migrate-set-parameters\",\"arguments\":$3}")
+	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
+}
+
+# caps MULTIFD AUTOCONVERGE POSTCOPY: the capabilities array, each one
+# said (the chain's VM keeps what the last case set).
+caps() {
+	jq -cn --argjson m "$1" --argjson a "$2" --argjson p "$3" \
+		'[{"capability":"multifd","state":$m},
+		  {"capability":"auto-converge","state":$a},
+		  {"capability":"postcopy-ram","state":$p}]'
+}
+
+# wait_qmp NAME: the QMP socket answers.
+wait_qmp() {
+	wait_until "$(slow 300)" test -S "$TMP/$1.qmp" &&
+		[ -n "$(q "$1" '{"execute":"query-status"}')" ]
+}
+
+# migrate SRC DST BOUND POSTCOPY: SRC to DST (started with -incoming
+# defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
+# the first pass is over. Prints "transferred total-time-ms" once it
+# completed; cancels it after BOUND seconds (returns 2) or when it failed
+# (1).
+migrate() {
+	local r st sync port started=0 deadline
+	port=$(free_port) || return 1
+	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r" >&2; return 1 ;; esac
+	q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}" >/dev/null
+	deadline=$(awk -v n="$(date +%s.%N)" -v b="$3" 'BEGIN{printf "%.1f", n + b}')
+	while awk -v n="$(date +%s.%N)" -v d="$deadline" 'BEGIN{exit !(n < d)}'; do
+		r=$(q "$1" '{"execute":"query-migrate"}')
+		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
+		sync=$(jq -r '.return.ram["dirty-sync-count"] // 0' <<<"$r" 2>/dev/null)
+		case $st in
+		completed)
+			jq -r '.return | "\(.ram.transferred) \(.["total-time"])"' <<<"$r"
+			return 0
+			;;
+		failed | cancelled)
+			echo "# migration $st: $r" >&2
+			return 1
+			;;
+		esac
+		if [ "$4" = 1 ] && [ "$started" = 0 ] && [ "$st" = active ] && [ "${sync:-0}" -ge 2 ]; then
+			q "$1" '{"execute":"migrate-start-postcopy"}' >/dev/null
+			started=1
+		fi
+		sleep 0.1
+	done
+	q "$1" '{"execute":"migrate_cancel"}' >/dev/null
+	for _ in $(seq "$(slow 100)"); do
+		st=$(q "$1" '{"execute":"query-migrate"}' | jq -r '.return.status // empty' 2>/dev/null)
+		[ "$st" = cancelled ] && break
+		sleep 0.1
+	done
+	echo "# migration cancelled after ${3}s (status $st)" >&2
+	return 2
+}
+
+# boot CHAIN APPEND [QEMU ARGS...]: start the first VM of a chain (booting
+# is the slow part: each case migrates the chain's running VM to a fresh
+# destination, which runs it next).
+boot() {
+	local chain=$1
+	QEMU_MEM=$MEM launch_qemu "$chain.0" "$2" "${@:3}"
+	eval "VM_$chain=$chain.0 PID_$chain=$QEMU_PID"
+	eval "APPEND_$chain=\$2 ARGS_$chain=\"\${*:3}\""
+}
+
+# within_time PRED REAL PCT: within PCT%, or within 0.5 s below a second
+# of real time (QEMU's own fixed costs, see plan_migrate.sh).
+within_time() {
+	within "$1" "$2" "$3" || awk -v a="$1" -v b="$2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b < 1 && d <= 0.5)}'
+}
+
+# within_twice PRED REAL: REAL at most twice PRED (or, below a second of
+# real time, at most PRED + 0.5 s: QEMU's fixed costs).
+within_twice() {
+	awk -v a="$1" -v b="$2" 'BEGIN{exit !(b <= 2 * a || (b < 1 && b - a <= 0.5))}'
+}
+
+# verdict FILE: the plan's verdict (the uncertain one where the plan
+# gives one; converges true/false before it did).
+verdict() {
+	jq -r '.vms[0].prediction.verdict // (if .vms[0].converges == null then "unknown"
+		elif .vms[0].converges then "converges" else "does-not-converge" end)' "$1"
+}
+
+TABLE=""
+NCASES=0
+NUNCERTAIN=0
+
+# run_case CHAIN NAME CAPS PARAMS BYTES% TIME% [PLAN OPTIONS...]: set the
+# case's settings on the chain's VM, plan it, migrate it to a new
+# destination with the same settings and check the prediction.
+run_case() {
+	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
+	local src ps guest args dst pd out t0 pred psec verd bound xfer ms sec
+	local must_complete=0 postcopy=0 real
+	shift 6
+	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$APPEND_$chain args=\$ARGS_$chain"
+	params=$(jq -c --argjson bw "$BW" --argjson dt "$DOWNTIME" \
+		'. + {"max-bandwidth": $bw, "downtime-limit": $dt}' <<<"$params")
+	case $caps in *'"auto-converge","state":true'*) must_complete=1 ;; esac
+	case $caps in *'"postcopy-ram","state":true'*) must_complete=1 postcopy=1 ;; esac
+	NCASES=$((NCASES + 1))
+	if ! setup "$src" "$caps" "$params"; then
+		fail "$name: QEMU $VER refused the settings"
+		return 1
+	fi
+	out=$("$KVMSTATS" plan --pid "$ps" --method scan --interval "$INTERVAL" --json "$@" 2>"$TMP/$name.err")
+	echo "$out" >"$TMP/$name.json"
+	t0=$("$KVMSTATS" plan --pid "$ps" --method scan --interval 0 --json "$@" 2>/dev/null |
+		jq '.vms[0].predicted_seconds // empty')
+	pred=$(jq '.vms[0].predicted_transfer_bytes' "$TMP/$name.json")
+	psec=$(jq '.vms[0].predicted_seconds' "$TMP/$name.json")
+	verd=$(verdict "$TMP/$name.json")
+	if [ -z "$t0" ] || [ -z "$verd" ]; then
+		fail "$name: no plan" "$(head -c 300 "$TMP/$name.err")"
+		return 1
+	fi
+	[ "$verd" = uncertain ] && NUNCERTAIN=$((NUNCERTAIN + 1))
+	bound=$(awk -v t="$t0" -v p="$psec" 'BEGIN{b = 3 * t + 10
+		if (p != "null" && 2 * p + 10 > b) b = 2 * p + 10; printf "%.1f", b}')
+	[ "$must_complete" = 1 ] && bound=60
+	bound=$(awk -v b="$bound" -v k="$SLOW" 'BEGIN{printf "%.1f", b * k}')
+
+	dst=$name
+	# shellcheck disable=SC2086 # word splitting wanted
+	QEMU_MEM=$MEM launch_qemu "$dst" "$guest" $args -incoming defer
+	pd=$QEMU_PID
+	if ! wait_qmp "$dst" || ! setup "$dst" "$caps" "$params"; then
+		fail "$name: the destination QEMU did not start"
+		kill "$pd" 2>/dev/null
+		return 1
+	fi
+	read -r xfer ms < <(migrate "$src" "$dst" "$bound" "$postcopy")
+	if [ -n "$xfer" ]; then
+		kill "$ps" 2>/dev/null
+		eval "VM_$chain=$dst PID_$chain=$pd"
+		sec=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
+		real="completed"
+	else
+		kill "$pd" 2>/dev/null
+		xfer=- sec=- real="cancelled after ${bound}s"
+	fi
+	echo "# $name: plan: $(jq -c '.vms[0] | {verdict: (.prediction.verdict // .converges),
+		dirty_pages_per_second, passes: .prediction.passes, mechanism: .prediction.mechanism,
+		bandwidth: .prediction.bandwidth_bytes_per_second,
+		bandwidth_source: .prediction.settings["max-bandwidth"].source,
+		plan_seconds: .elapsed_seconds,
+		max_throttle_percent: .prediction.max_throttle_percent,
+		interval: .prediction.predicted_seconds_interval,
+		not_modelled: .prediction.not_modelled}' "$TMP/$name.json"), T0 ${t0}s"
+	TABLE="$TABLE$(printf '# %-24s %-17s %7.0f %12s %12s %7.2f %7s %6.2f  %s' "$name" "$verd" \
+		"$(jq '.vms[0].dirty_pages_per_second // 0' "$TMP/$name.json")" "$pred" "$xfer" \
+		"$psec" "$sec" "$(jq '.vms[0].elapsed_seconds // 0' "$TMP/$name.json")" "$real")
+"
+	case $verd in
+	converges)
+		if [ "$xfer" = - ]; then
+			fail "$name: predicted to converge in ${psec}s, QEMU did not complete in ${bound}s"
+		else
+			check "$name: converges as predicted, in ${sec}s, within 2x the predicted ${psec}s" \
+				within_twice "$psec" "$sec"
+		fi
+		;;
+	does-not-converge)
+		if [ "$must_complete" = 0 ]; then
+			check "$name: predicted not to converge, QEMU did not complete in ${bound}s" \
+				test "$xfer" = -
+		fi
+		;;
+	esac
+	if [ "$xfer" = - ]; then
+		[ "$must_complete" = 1 ] &&
+			fail "$name: with auto-converge or postcopy QEMU must complete, did not in ${bound}s"
+		return 0
+	fi
+	check "$name: predicted bytes $pred within $pb% of QEMU's $xfer" within "$pred" "$xfer" "$pb"
+	check "$name: predicted time ${psec}s within $pt% of QEMU's ${sec}s" within_time "$psec" "$sec" "$pt"
+}
+
+head -c $((${POOL%M} << 20)) /dev/urandom >"$TMP/pool.bin"
+LOADER="loader,file=$TMP/pool.bin,addr=$POOL_AT,force-raw=on"
+G="nonzero=$WS stride=4K dirty=$WS"
+boot quiet "$G"
+boot above "$G dirtyloop=1 rate=$R_ABOVE data=compressible"
+if [ "$SLOW" = 1 ]; then
+	boot below "$G dirtyloop=1 rate=$R_BELOW data=random pool=$POOL_AT poolsize=$POOL" -device "$LOADER"
+	boot near "$G dirtyloop=1 rate=$R_NEAR data=compressible"
+	CHAINS="quiet above below near"
+else
+	boot below "$G dirtyloop=1 rate=$R_BELOW data=compressible"
+	CHAINS="quiet above below"
+fi
+for c in $CHAINS; do
+	eval "p=\$PID_$c"
+	if ! wait_ready "$c.0" "$p" "$(slow 180)"; then
+		fail "plan_matrix: the VMs did not boot"
+		exit 0
+	fi
+	grep -h "^mbguest: tsc" "$TMP/$c.0.serial" | sed "s/^/# $c: /"
+done
+
+NONE='{"multifd-compression":"none"}'
+M4='{"multifd-channels":4,"multifd-compression":"none"}'
+Z4='{"multifd-channels":4,"multifd-compression":"zstd"}'
+LEGACY=$(caps false false false)
+MULTIFD=$(caps true false false)
+AC=$(caps false true false)
+PC=$(caps false false true)
+if [ "$SLOW" -gt 1 ]; then
+	run_case quiet legacy-quiet "$LEGACY" "$NONE" 10 15
+	run_case above legacy-above "$LEGACY" "$NONE" 10 15
+	run_case above autoconv-above "$AC" "$NONE" 10 25
+	run_case below postcopy-below "$PC" "$NONE" 10 15 --postcopy
+else
+	run_case quiet legacy-quiet "$LEGACY" "$NONE" 10 15
+	run_case quiet multifd4-quiet "$MULTIFD" "$M4" 10 15
+	run_case quiet zstd-quiet "$MULTIFD" "$Z4" 20 25
+	run_case quiet autoconv-quiet "$AC" "$NONE" 10 25
+	run_case quiet postcopy-quiet "$PC" "$NONE" 10 15 --postcopy
+	run_case below legacy-below "$LEGACY" "$NONE" 10 15
+	run_case below multifd4-below "$MULTIFD" "$M4" 10 15
+	run_case below zstd-below-random "$MULTIFD" "$Z4" 20 25
+	run_case below autoconv-below "$AC" "$NONE" 10 25
+	run_case below postcopy-below "$PC" "$NONE" 10 15 --postcopy
+	run_case near legacy-near "$LEGACY" "$NONE" 10 15
+	run_case above legacy-above "$LEGACY" "$NONE" 10 15
+	run_case above multifd4-above "$MULTIFD" "$M4" 10 15
+	run_case above zstd-above-compressible "$MULTIFD" "$Z4" 20 25
+	run_case above autoconv-above "$AC" "$NONE" 10 25
+	run_case above postcopy-above "$PC" "$NONE" 10 15 --postcopy
+fi
+check "uncertain in $NUNCERTAIN of $NCASES cases: at most a fifth" \
+	test $((NUNCERTAIN * 5)) -le "$NCASES"
+
+echo "# QEMU $VER, max-bandwidth $((BW >> 20)) MiB/s, downtime-limit $DOWNTIME ms, $MEM MiB guests"
+echo "# dirty rates (pages/s): below $R_BELOW, near $R_NEAR, above $R_ABOVE; working set $WS"
+for c in $CHAINS; do
+	grep -h "^mbguest: dirtied" "$TMP/$c.0.serial" | sed "s/^/# $c: /"
+done
+echo "# plan s: what the plan itself took (its --interval $INTERVAL included), against QEMU s"
+echo "# case                     verdict            dirty/s  predicted B       QEMU B  pred s  QEMU s plan s"
+printf '%s' "$TABLE"
