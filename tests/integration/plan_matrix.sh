@@ -35,7 +35,7 @@
 # legacy quiet and above, auto-converge above and postcopy below, on 64
 # MiB guests (a 16 MiB working set) at 8 MiB/s.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm qemu
+# kvmstats-test: needs=kvm qemu acceptance
 # shellcheck disable=SC2154 # boot sets VM_<chain>, PID_<chain> (eval)
 source "$(dirname "$0")/../lib.sh"
 
