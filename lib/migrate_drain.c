@@ -295,6 +295,10 @@ static void simulate(struct run *r, const size_t *order)
 		share_link(run, k, d->o.link);
 		dt = next_event(run, k, now);
 		if (!isfinite(dt)) {
+			/* Never aborted, never done: neither is the drain. */
+			for (size_t i = next; i < n; i++)
+				r->m[i] = (struct mig){ .v = &d->vms[order[i]],
+					.start = INFINITY, .end = INFINITY };
 			r->total = INFINITY;
 			r->sum_end = INFINITY;
 			return;

@@ -180,6 +180,15 @@ static void test_abort(void **state)
 	assert_true(s->downtime_needed_s > 0.3);
 	kvmstats_drain__free(d);
 
+	/* Never aborted: the drain never ends, and says so (no number). */
+	d = drain(g, 2, 48, 1, KVMSTATS_DRAIN_ORDER_LARGEST_FIRST, -1);
+	r = kvmstats_drain__result(d);
+	assert_false(isfinite(r->total_s));
+	assert_false(isfinite(by_pid(d, 1)->end_s));
+	assert_false(by_pid(d, 1)->converges || by_pid(d, 1)->aborted);
+	assert_true(by_pid(d, 1)->abort_after_s < 0);
+	kvmstats_drain__free(d);
+
 	/* Configurable: 40 s per GiB. */
 	d = drain(g, 2, 48, 1, KVMSTATS_DRAIN_ORDER_PLAN, 40);
 	assert_true(fabs(by_pid(d, 1)->seconds - 10) < 1e-6);
