@@ -10,8 +10,8 @@
 #  - `kvmstats drain --json` plans the drain on the running VMs;
 #  - an orchestration loop (Python, one QMP connection per VM) starts the
 #    migrations in the drain's order, the next one when a slot frees, and
-#    cancels one still running at its abort time (--abort-after 80 s
-#    per GiB here, to keep the test short; KubeVirt's is 150);
+#    cancels one still running at its abort time (150 s per GiB,
+#    KubeVirt's);
 #  - the VMs that moved are the next case's sources.
 # Asserts, per case: the real drain time within 15% of the predicted
 # total; each migration that completed within 20% of its scheduled time
@@ -39,9 +39,9 @@ if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ] || [ ! -x "$RELAY" ]; then
 fi
 
 MIB=1048576
-# Seconds per GiB before a migration is aborted (KubeVirt's 150 makes the
-# stuck VM hold its slot 9.4 s; 80, 5 s, keeps the test short).
-ABORT=80
+# Seconds per GiB before a migration is aborted: KubeVirt's 150 (the
+# stuck VM holds its slot 9.4 s).
+ABORT=150
 # NAME MEM_MIB KEYS: the VMs.
 if [ "$SLOW" -gt 1 ]; then
 	LINK=$((6 * MIB)) OWN=$((4 * MIB))
@@ -230,7 +230,13 @@ score() {
 "
 		case $verdict in
 		converges)
-			[ "$st" = completed ] || bad_fate="$bad_fate $vname:$st"
+			# Past its abort time on a host too loaded to time
+			# migrations (see loaded()): the CPU, not the verdict.
+			if [ "$st" = aborted ] && [ -n "$LOADED" ]; then
+				echo "# $name: $vname aborted at its abort time, on a host too loaded to tell"
+			elif [ "$st" != completed ]; then
+				bad_fate="$bad_fate $vname:$st"
+			fi
 			within "$rsec" "$psec" 20 || bad_time="$bad_time $vname:${rsec}s/${psec}s" ;;
 		aborted)
 			[ "$st" = aborted ] || bad_fate="$bad_fate $vname:$st" ;;
