@@ -18,10 +18,11 @@
 # (QEMU's own total-time); the VM the drain names as not converging did
 # not complete, and every VM it names as converging did; and, per
 # parallel limit, the plan's order drained no slower than largest-first
-# (within 3%: the run-to-run noise of one drain). The timing checks are
-# skipped, saying why, on a host too loaded to time migrations (see
-# loaded()). Prints the schedule
-# predicted against real. In the lab (slow > 1): four smaller VMs, a link
+# (within 3%; 10% where both orders predict the same total, as one at a
+# time through an unshared link: then only noise tells them apart). The
+# timing checks are skipped, saying why, on a host too loaded to time
+# migrations (see loaded()). Prints the schedule predicted against
+# real. In the lab (slow > 1): four smaller VMs, a link
 # of 6 MiB/s and 4 MiB/s per VM. The guests write one word per page
 # (stride=4K): every page they fill is non-zero, and they boot in
 # milliseconds where KVM emulates their writes.
@@ -310,8 +311,13 @@ for par in 1 2; do
 		skip "$par at a time: the plan's order (${!p}s) against largest-first (${!l}s)" \
 			"host too loaded: $LOADED"
 	else
-		check "$par at a time: the plan's order drained in ${!p}s, largest-first in ${!l}s (no longer, within 3%)" \
-			awk -v p="${!p}" -v l="${!l}" 'BEGIN { exit !(p <= l * 1.03) }'
+		# Where the two orders predict the same total (one at a time,
+		# the link unshared), their real drains differ by the run's noise
+		# alone: 5% was seen; else 3%.
+		pp=PRED_p${par}_plan pl=PRED_p${par}_largest_first tol=3
+		within "${!pp}" "${!pl}" 1 && tol=10
+		check "$par at a time: the plan's order drained in ${!p}s, largest-first in ${!l}s (no longer, within $tol%)" \
+			awk -v p="${!p}" -v l="${!l}" -v t="$tol" 'BEGIN { exit !(p <= l * (1 + t / 100)) }'
 	fi
 done
 sed 's/^/# /' "$TMP/p2-plan.txt"

@@ -170,18 +170,21 @@ static void close_done(struct conn *c)
  * tokens there are. */
 static void round_robin(void)
 {
+	double share;
 	int want = 0;
 
 	refill();
 	for (int k = 0; k < MAX_CONNS; k++)
 		want += conns[k].used && !conns[k].fwd.eof && !conns[k].fwd.len;
+	/* The same part for each, whatever its place in the table. */
+	share = want && tokens > 0 ? tokens / want : 0;
 	for (int k = 0; k < MAX_CONNS; k++) {
 		struct conn *c = &conns[k];
 
 		if (!c->used)
 			continue;
-		if (tokens > 0 && want)
-			pull(&c->fwd, (size_t)(tokens / want) + 1);
+		if (share > 0)
+			pull(&c->fwd, (size_t)share + 1);
 		pull(&c->back, BUF);
 		push(&c->fwd);
 		push(&c->back);
