@@ -159,7 +159,9 @@ drain_case() {
 	GEN=$((GEN + 1))
 	for v in $NAMES; do
 		cur=CUR_$v pid=PID_$v
-		q "${!cur}" "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":$OWN,\"downtime-limit\":300}}" >/dev/null
+		# qmp, not q: q's coproc is gone when QEMU's monitor closes at
+		# once (seen once after a migration), and its array with it.
+		qmp "$TMP/${!cur}.qmp" "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":$OWN,\"downtime-limit\":300}}" >/dev/null
 		pids="$pids${pids:+,}${!pid}"
 	done
 	if ! "$KVMSTATS" drain --pid "$pids" --link "$LINK" --parallel-migrations "$par" \
