@@ -185,6 +185,9 @@ $(O)/mklog: tests/tools/mklog.c lib/log_format.h $(O)/libkvmstats.a
 $(O)/slowloris: tests/tools/slowloris.c
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@
 
+$(O)/linkrelay: tests/tools/linkrelay.c
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@
+
 $(O)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS)) \
@@ -223,7 +226,7 @@ run-bench: $(BENCH_BIN)
 # build-san/), the fuzzers and the test tools.
 test-build: test-deps
 	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/mklog \
-		$(O)/slowloris $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
+		$(O)/slowloris $(O)/linkrelay $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 

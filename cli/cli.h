@@ -320,6 +320,7 @@ int cmd_record(struct cli *cli, int argc, char **argv);
 int cmd_replay(struct cli *cli, int argc, char **argv);
 int cmd_serve(struct cli *cli, int argc, char **argv);
 int cmd_plan(struct cli *cli, int argc, char **argv);
+int cmd_drain(struct cli *cli, int argc, char **argv);
 int cmd_follow(struct cli *cli, int argc, char **argv);
 int cmd_check(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);

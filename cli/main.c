@@ -42,6 +42,7 @@ static const struct cmd cmds[] = {
 	{ "replay", cmd_replay, "print a recorded log" },
 	{ "serve", cmd_serve, "Prometheus exporter" },
 	{ "plan", cmd_plan, "rank VMs by predicted live-migration cost" },
+	{ "drain", cmd_drain, "the schedule that empties the host, and its time" },
 	{ "follow", cmd_follow, "watch migrations beside the plan's prediction" },
 	{ "check", cmd_check, "check the kernel's stats interface, or image files" },
 	{ "demo", cmd_demo, "run built-in guests and watch them in top" },

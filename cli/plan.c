@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "plan_args.h"
 #include "sanitize.h"
 #include "kvmstats_mem.h"
 
@@ -46,72 +47,6 @@ enum {
 #include "plan.h"
 
 /* ---- options ---- */
-
-static bool parse_double(const struct cli *cli, const char *opt, const char *arg,
-			 double min, double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || end == arg || *end || !isfinite(v) || v < min) {
-		cli_err(cli, "%s: '%s' is not a number >= %g", opt, arg, min);
-		return false;
-	}
-	*out = v;
-	return true;
-}
-
-/* BYTES/S with an optional K, M, G (powers of 1024) suffix. */
-static bool parse_bytes(const struct cli *cli, const char *opt, const char *arg,
-			double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(arg, &end);
-	switch (*end) {
-	case 'k': case 'K': v *= 1024; end++; break;
-	case 'm': case 'M': v *= 1048576; end++; break;
-	case 'g': case 'G': v *= 1073741824.0; end++; break;
-	}
-	if (*end == 'i' || *end == 'B')
-		end += strspn(end, "iB");
-	if (!strcmp(end, "/s"))
-		end += 2;
-	if (errno || end == arg || *end || !isfinite(v) || v <= 0) {
-		cli_err(cli, "%s: '%s' is not a rate in bytes/s (e.g. 1G)", opt, arg);
-		return false;
-	}
-	*out = v;
-	return true;
-}
-
-static bool parse_methods(const struct cli *cli, const char *arg, unsigned int *out)
-{
-	char *copy = strdup(arg), *save = NULL;
-	bool ok = copy != NULL;
-
-	*out = 0;
-	for (char *m = copy ? strtok_r(copy, ",", &save) : NULL; m && ok;
-	     m = strtok_r(NULL, ",", &save)) {
-		int k = kvmstats_method_parse(m);
-
-		if (!strcmp(m, "all"))
-			*out |= (1u << KVMSTATS_METHOD_NR) - 1;
-		else if (k >= 0)
-			*out |= 1u << k;
-		else
-			ok = false;
-	}
-	free(copy);
-	if (!ok || !*out)
-		cli_err(cli, "--method: what is '%s'? (stats, pagemap, sample, scan, all)",
-			arg);
-	return ok && *out;
-}
 
 static bool parse_region(const struct cli *cli, struct plan_args *a, const char *arg)
 {
@@ -166,19 +101,19 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return used < 0 ? -1 : 0;
 	switch (c) {
 	case OPT_METHOD:
-		return parse_methods(cli, arg, &a->methods) ? 0 : -1;
+		return plan_parse_methods(cli, arg, &a->methods) ? 0 : -1;
 	case OPT_INTERVAL:
-		return parse_double(cli, "--interval", arg, 0, &a->interval) ? 0 : -1;
+		return plan_parse_double(cli, "--interval", arg, 0, &a->interval) ? 0 : -1;
 	case OPT_BANDWIDTH:
-		return parse_bytes(cli, "--bandwidth", arg, &a->bandwidth) ? 0 : -1;
+		return plan_parse_rate(cli, "--bandwidth", arg, &a->bandwidth) ? 0 : -1;
 	case OPT_DOWNTIME:
-		return parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 0 : -1;
+		return plan_parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 0 : -1;
 	case OPT_MAX_CPU:
-		if (!parse_double(cli, "--max-cpu", arg, 0.01, &a->max_cpu))
+		if (!plan_parse_double(cli, "--max-cpu", arg, 0.01, &a->max_cpu))
 			return -1;
 		return 0;
 	case OPT_RATE:
-		if (!parse_double(cli, "--rate", arg, 0.001, &a->rate))
+		if (!plan_parse_double(cli, "--rate", arg, 0.001, &a->rate))
 			return -1;
 		a->rate *= 1048576;
 		return 0;
@@ -212,41 +147,6 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return 0;
 	}
 	return 0;
-}
-
-/* ---- which VMs ---- */
-
-static int select_pids(struct cli *cli, const struct plan_args *a, pid_t **out)
-{
-	pid_t *all = NULL;
-	int n = 0;
-
-	if (a->t.npids) {
-		*out = malloc(a->t.npids * sizeof(**out));
-		if (!*out)
-			return -ENOMEM;
-		memcpy(*out, a->t.pids, a->t.npids * sizeof(**out));
-		return (int)a->t.npids;
-	}
-	n = kvmstats_proc__vmm_pids(&all);
-	if (n < 0) {
-		cli_err(cli, "listing VMMs: %s", strerror(-n));
-		return n;
-	}
-	if (a->t.name_set) {
-		int k = 0;
-
-		for (int i = 0; i < n; i++) {
-			char name[128] = "";
-
-			kvmstats_proc__name(all[i], name, sizeof(name));
-			if (!regexec(&a->t.name_re, name, 0, NULL, 0))
-				all[k++] = all[i];
-		}
-		n = k;
-	}
-	*out = all;
-	return n;
 }
 
 static size_t ranges_for(const struct plan_args *a, pid_t pid,
@@ -537,7 +437,7 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 	if (ret != CLI_PARSED)
 		goto out;
 	ret = EXIT_FAIL;
-	n = select_pids(cli, &a, &pids);
+	n = plan_select_pids(cli, &a.t, &pids);
 	if (n < 0)
 		goto out;
 	rows = calloc((size_t)n + 1, sizeof(*rows));

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* kvmstats drain: shared by drain.c (planning, scheduling) and
+ * drain_out.c (text and JSON). */
+#ifndef KVMSTATS_CLI_DRAIN_H
+#define KVMSTATS_CLI_DRAIN_H
+
+#include "cli.h"
+#include "kvmstats_drain.h"
+
+struct drain_args {
+	struct target_args t;
+	double link;		/* bytes/s */
+	uint32_t parallel;
+	int order;		/* enum kvmstats_drain_order */
+	double abort;		/* s per GiB; 0: never */
+	unsigned int methods;
+	double interval;
+	double bandwidth;
+	double downtime_ms;
+	uint64_t seed;
+	struct kvmstats_migrate_overrides mig;
+};
+
+/* One VM: its plan, or why there is none. */
+struct drain_vm {
+	pid_t pid;
+	char name[128];
+	struct kvmstats_plan *p;
+	const struct kvmstats_plan_vm *res;
+	char error[256];
+	int input;		/* index in the drain's input; -1: not in it */
+	/* With auto-converge, alone (tried for a VM that does not converge). */
+	bool ac_tried, ac_converges;
+	double ac_seconds, ac_throttled_s;
+	unsigned int ac_throttle;
+};
+
+/* Print @d (NULL: no VM could be planned) as the format asks. */
+void drain_print(struct cli *cli, const struct drain_args *a,
+		 const struct kvmstats_drain *d, const struct drain_vm *vms, size_t n);
+
+#endif

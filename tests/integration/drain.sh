@@ -1,0 +1,328 @@
+#!/bin/bash
+# kvmstats drain against a real drain: five mbguest VMs of different
+# sizes, zero shares and dirty rates (one rewrites more than its
+# bandwidth x downtime-limit can carry: it will not converge), each with
+# max-bandwidth 32 MiB/s and downtime-limit 300 ms, migrated over TCP to
+# destination QEMUs through one link of 48 MiB/s that the test makes
+# (tests/tools/linkrelay.c: a relay on loopback whose one token bucket
+# all migrations share), so that two migrations at once exceed it. Per
+# case (1 and 2 migrations at a time; the plan's order and largest-first):
+#  - `kvmstats drain --json` plans the drain on the running VMs;
+#  - an orchestration loop (Python, one QMP connection per VM) starts the
+#    migrations in the drain's order, the next one when a slot frees, and
+#    cancels one still running at its abort time (150 s per GiB,
+#    KubeVirt's);
+#  - the VMs that moved are the next case's sources.
+# Asserts, per case: the real drain time within 15% of the predicted
+# total; each migration that completed within 20% of its scheduled time
+# (QEMU's own total-time); the VM the drain names as not converging did
+# not complete, and every VM it names as converging did; and, per
+# parallel limit, the plan's order drained no slower than largest-first
+# (within 3%; 10% where both orders predict the same total, as one at a
+# time through an unshared link: then only noise tells them apart). The
+# timing checks are skipped, saying why, on a host too loaded to time
+# migrations (see loaded()). Prints the schedule predicted against
+# real. In the lab (slow > 1): four smaller VMs, a link
+# of 6 MiB/s and 4 MiB/s per VM. The guests write one word per page
+# (stride=4K): every page they fill is non-zero, and they boot in
+# milliseconds where KVM emulates their writes.
+# SPDX-License-Identifier: GPL-2.0-or-later
+# kvmstats-test: needs=kvm qemu
+source "$(dirname "$0")/../lib.sh"
+
+require_kvm drain
+need_tools drain "$QEMU" socat jq python3 || exit 0
+RELAY=${LINKRELAY:-$(dirname "$KVMSTATS")/linkrelay}
+[ -x "$RELAY" ] || RELAY=$ROOT/build/linkrelay
+if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ] || [ ! -x "$RELAY" ]; then
+	fail drain "build/kvmstats, build/mbguest.elf or build/linkrelay missing: run make build build/linkrelay"
+	exit 0
+fi
+
+MIB=1048576
+# Seconds per GiB before a migration is aborted: KubeVirt's 150 (the
+# stuck VM holds its slot 9.4 s).
+ABORT=150
+# NAME MEM_MIB KEYS: the VMs.
+if [ "$SLOW" -gt 1 ]; then
+	LINK=$((6 * MIB)) OWN=$((4 * MIB))
+	VMS="a 128 nonzero=24M zero=16M stride=4K
+b 64 nonzero=12M stride=4K
+c 96 nonzero=6M zero=24M stride=4K
+d 64 nonzero=8M dirty=16M dirtyloop=1"
+else
+	LINK=$((48 * MIB)) OWN=$((32 * MIB))
+	VMS="a 256 nonzero=96M zero=64M stride=4K
+b 128 nonzero=64M zero=32M stride=4K
+c 192 nonzero=32M zero=96M stride=4K dirty=4M dirtyloop=1
+d 64 nonzero=16M stride=4K dirty=48M dirtyloop=1
+e 160 nonzero=48M zero=16M stride=4K"
+fi
+NAMES=$(awk '{print $1}' <<<"$VMS")
+
+# The current instance of each VM: CUR_<name> (its QMP name), PID_<name>.
+GEN=0
+for v in $NAMES; do
+	read -r _ mem keys < <(grep "^$v " <<<"$VMS")
+	QEMU_MEM=$mem launch_qemu "$v.0" "$keys"
+	printf -v "CUR_$v" '%s' "$v.0"
+	printf -v "PID_$v" '%s' "$QEMU_PID"
+done
+for v in $NAMES; do
+	cur=CUR_$v pid=PID_$v
+	if ! wait_ready "${!cur}" "${!pid}" "$(slow 60)"; then
+		fail "drain: VM $v did not boot"
+		exit 0
+	fi
+done
+
+# The orchestrator: reads the drain's JSON and a map "pid src.qmp
+# dst.qmp lport dport" per line; migrates; prints one JSON object.
+cat >"$TMP/orchestrate.py" <<'EOF'
+import json, socket, sys, time
+
+plan = json.load(open(sys.argv[1]))
+par = int(sys.argv[3])
+budget = float(sys.argv[4])
+vms = {}
+for line in open(sys.argv[2]):
+    pid, src, dst, lport, dport = line.split()
+    vms[int(pid)] = dict(src=src, dst=dst, lport=int(lport), dport=int(dport))
+
+class Qmp:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.settimeout(30)
+        self.s.connect(path)
+        self.f = self.s.makefile('rw')
+        json.loads(self.f.readline())
+        self.cmd('qmp_capabilities')
+    def cmd(self, name, **args):
+        self.f.write(json.dumps({'execute': name, 'arguments': args}) + '\n')
+        self.f.flush()
+        while True:
+            r = json.loads(self.f.readline())
+            if 'event' not in r:
+                return r
+    def close(self):
+        self.s.close()
+
+order = [v['pid'] for v in sorted(plan['vms'], key=lambda v: v['position'])]
+sched = {v['pid']: v for v in plan['vms']}
+for pid in order:
+    d = Qmp(vms[pid]['dst'])
+    r = d.cmd('migrate-incoming', uri='tcp:127.0.0.1:%d' % vms[pid]['dport'])
+    assert 'return' in r, r
+    d.close()
+mon = {pid: Qmp(vms[pid]['src']) for pid in order}
+res = {}
+queue, running = list(order), []
+t0 = time.monotonic()
+while (queue or running) and time.monotonic() - t0 < budget:
+    while queue and len(running) < par:
+        pid = queue.pop(0)
+        res[pid] = {'start': time.monotonic() - t0}
+        r = mon[pid].cmd('migrate', uri='tcp:127.0.0.1:%d' % vms[pid]['lport'])
+        assert 'return' in r, r
+        running.append(pid)
+    time.sleep(0.02)
+    for pid in list(running):
+        now = time.monotonic() - t0
+        q = mon[pid].cmd('query-migrate')['return']
+        st = q.get('status')
+        abort = sched[pid].get('abort_after_s')
+        if st == 'completed':
+            res[pid].update(status='completed', seconds=q['total-time'] / 1000.0,
+                            transferred=q['ram']['transferred'])
+        elif st in ('failed', 'cancelled'):
+            res[pid].update(status=st, seconds=now - res[pid]['start'])
+        elif abort is not None and now - res[pid]['start'] >= abort:
+            mon[pid].cmd('migrate_cancel')
+            res[pid].update(status='aborted', seconds=now - res[pid]['start'])
+        else:
+            continue
+        res[pid]['end'] = res[pid]['start'] + res[pid]['seconds']
+        running.remove(pid)
+for pid in running + queue:
+    res.setdefault(pid, {'start': None})['status'] = 'unfinished'
+ends = [r['end'] for r in res.values() if 'end' in r]
+print(json.dumps({'drain_seconds': max(ends) if ends else None,
+                  'vms': {str(k): v for k, v in res.items()}}))
+EOF
+
+# drain_case PAR ORDER: plan, then really drain; REAL_<par>_<order> is
+# the real drain time.
+SUMMARY=""
+drain_case() {
+	local par=$1 order=$2 name="p$1-$2" pids="" v cur pid dst dport lport
+	local relay map=$TMP/$1-$2.map out real
+	GEN=$((GEN + 1))
+	for v in $NAMES; do
+		cur=CUR_$v pid=PID_$v
+		# qmp, not q: q's coproc is gone when QEMU's monitor closes at
+		# once (seen once after a migration), and its array with it.
+		qmp "$TMP/${!cur}.qmp" "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":$OWN,\"downtime-limit\":300}}" >/dev/null
+		pids="$pids${pids:+,}${!pid}"
+	done
+	if ! "$KVMSTATS" drain --pid "$pids" --link "$LINK" --parallel-migrations "$par" \
+		--order "$order" --abort-after "$ABORT" --interval 1 --seed 1 --json \
+		>"$TMP/$name.json" 2>"$TMP/$name.err"; then
+		fail "$name: kvmstats drain failed" "$(head -3 "$TMP/$name.err" | tr '\n' ' ')"
+		return 1
+	fi
+	[ "$name" != p2-plan ] || "$KVMSTATS" drain --pid "$pids" --link "$LINK" \
+		--parallel-migrations 2 --abort-after "$ABORT" --seed 1 -v >"$TMP/$name.txt" 2>&1
+	: >"$map"
+	local relay_args=()
+	for v in $NAMES; do
+		cur=CUR_$v pid=PID_$v
+		read -r _ mem keys < <(grep "^$v " <<<"$VMS")
+		dst=$v.$GEN
+		QEMU_MEM=$mem launch_qemu "$dst" "$keys" -incoming defer
+		printf -v "NEXT_$v" '%s %s' "$dst" "$QEMU_PID"
+		dport=$(free_port) && lport=$(free_port) || return 1
+		relay_args+=("$lport:$dport")
+		echo "${!pid} $TMP/${!cur}.qmp $TMP/$dst.qmp $lport $dport" >>"$map"
+	done
+	for v in $NAMES; do
+		read -r dst _ <<<"$(eval echo "\$NEXT_$v")"
+		wait_until 300 test -S "$TMP/$dst.qmp" || { fail "$name: destination $dst did not start"; return 1; }
+	done
+	"$RELAY" "$LINK" "${relay_args[@]}" >"$TMP/$name.relay" 2>&1 &
+	relay=$!
+	track "$relay"
+	wait_until 50 grep -q ready "$TMP/$name.relay"
+	out=$(python3 "$TMP/orchestrate.py" "$TMP/$name.json" "$map" "$par" "$(slow 150)" 2>"$TMP/$name.orch.err")
+	kill "$relay" 2>/dev/null
+	echo "$out" >"$TMP/$name.real"
+	if [ -z "$out" ]; then
+		fail "$name: the orchestration failed" "$(tail -2 "$TMP/$name.orch.err" | tr '\n' ' ')"
+		return 1
+	fi
+	# The VMs that moved run on at their destination; the others stay.
+	for v in $NAMES; do
+		pid=PID_$v
+		read -r dst dpid <<<"$(eval echo "\$NEXT_$v")"
+		if [ "$(jq -r --arg p "${!pid}" '.vms[$p].status' <<<"$out")" = completed ]; then
+			kill "${!pid}" 2>/dev/null
+			printf -v "CUR_$v" '%s' "$dst"
+			printf -v "PID_$v" '%s' "$dpid"
+		else
+			kill "$dpid" 2>/dev/null
+		fi
+	done
+	score "$name" "$TMP/$name.json" "$out"
+}
+
+# score NAME PLAN REAL: the case's checks and its table. The times are
+# kept in TIMES_<name> ("" when within bounds) for timing_checks.
+score() {
+	local name=$1 plan=$2 real=$3 pd rd var=${1//-/_}
+	pd=$(jq '.drain_seconds' "$plan")
+	rd=$(jq '.drain_seconds' <<<"$real")
+	printf -v "REAL_$var" '%s' "$rd"
+	printf -v "PRED_$var" '%s' "$pd"
+	# shellcheck disable=SC2016 # jq's variables
+	jq -r --argjson r "$real" '.vms[] | [.pid, .name, .scheduled_start_s, .scheduled_end_s,
+		.predicted_seconds, .verdict, ($r.vms[.pid|tostring] // {}) as $x |
+		$x.start, $x.end, $x.seconds, $x.status] | @tsv' "$plan" >"$TMP/$name.rows"
+	local bad_time="" bad_fate="" pid vname ps pe psec verdict rs re rsec st
+	while IFS=$'\t' read -r pid vname ps pe psec verdict rs re rsec st; do
+		SUMMARY="$SUMMARY$(printf '# %-22s %-6s %7.2f %7.2f %7.2f  %-9s | %7.2f %7.2f %7.2f  %s' \
+			"$name" "${vname#guest=}" "$ps" "$pe" "$psec" "$verdict" "${rs:-0}" "${re:-0}" "${rsec:-0}" "$st")
+"
+		case $verdict in
+		converges)
+			# Past its abort time on a host too loaded to time
+			# migrations (see loaded()): the CPU, not the verdict.
+			if [ "$st" = aborted ] && [ -n "$LOADED" ]; then
+				echo "# $name: $vname aborted at its abort time, on a host too loaded to tell"
+			elif [ "$st" != completed ]; then
+				bad_fate="$bad_fate $vname:$st"
+			fi
+			within "$rsec" "$psec" 20 || bad_time="$bad_time $vname:${rsec}s/${psec}s" ;;
+		aborted)
+			[ "$st" = aborted ] || bad_fate="$bad_fate $vname:$st" ;;
+		*)
+			bad_fate="$bad_fate $vname:$verdict" ;;
+		esac
+	done <"$TMP/$name.rows"
+	printf -v "VMT_$var" '%s' "$bad_time"
+	within "$rd" "$pd" 15 || bad_time="$bad_time drain:${rd}s/${pd}s"
+	printf -v "TIMES_$var" '%s' "$bad_time"
+	check "$name: the VM named as not converging did not, every one named converging did${bad_fate:+ (wrong:$bad_fate)}" \
+		test -z "$bad_fate"
+	check "$name: the drain named exactly one VM that will not converge (d)" \
+		jq -e '[.vms[] | select(.verdict != "converges")] | length == 1 and (.[0].name | test("^(guest=)?d\\."))' "$plan"
+}
+
+# loaded: LOADED says why the host cannot tell the drain's timing, when
+# the migrations that ran one at a time (each alone at its own
+# max-bandwidth: the per-VM model's own case, which `plan`'s tests hold
+# within 15%) took, in the median, more than 15% longer than `plan`
+# predicts them alone. Then the CPU, not the link, is what the times
+# measure (QEMU's migration thread shares two CPUs with every other job:
+# a 64 MiB migration predicted at 2.09 s took 2.37-2.72 s at a load of
+# 16-25, direct or through the relay alike), and the timing checks are
+# skipped, saying so, rather than failed or passed.
+loaded() {
+	local med
+	med=$(awk -F'\t' '$6 == "converges" && $10 == "completed" && $5 > 0 { print $9 / $5 }' \
+		"$TMP/p1-plan.rows" "$TMP/p1-largest-first.rows" | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+	LOADED=""
+	awk -v m="${med:-0}" 'BEGIN { exit !(m > 1.15) }' &&
+		LOADED="one-at-a-time migrations took ${med}x their predicted time alone (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+	echo "# solo migrations, real / predicted alone, median: ${med:-none}"
+}
+
+# timing_checks NAME: the real drain within 15% of the predicted total,
+# each completed migration within 20% of its scheduled time.
+timing_checks() {
+	local var=${1//-/_} t p r
+	t=VMT_$var p=PRED_$var r=REAL_$var
+	if [ -n "$LOADED" ]; then
+		skip "$1: drain and migration times (${!r}s real, ${!p}s predicted)" "host too loaded: $LOADED"
+		return
+	fi
+	check "$1: real drain ${!r}s within 15% of the predicted ${!p}s" \
+		within "${!r}" "${!p}" 15
+	check "$1: each completed migration within 20% of its scheduled time${!t:+ (off:${!t})}" \
+		test -z "${!t}"
+}
+
+# Per parallel limit, the plan's order and largest-first in the same
+# run. A pair out of bounds on a host that is not too loaded is measured
+# once more (a burst of load from other jobs), and the second pair is the
+# one checked.
+LOADED=""
+for par in 1 2; do
+	for try in 1 2; do
+		drain_case "$par" plan && drain_case "$par" largest-first || break
+		[ "$par" != 1 ] || loaded
+		tp=TIMES_p${par}_plan tl=TIMES_p${par}_largest_first
+		[ -n "${!tp}${!tl}" ] && [ -z "$LOADED" ] && [ "$try" = 1 ] || break
+		echo "# $par at a time: out of bounds (${!tp}${!tl}): once more"
+	done
+	timing_checks "p$par-plan"
+	timing_checks "p$par-largest-first"
+	p=REAL_p${par}_plan l=REAL_p${par}_largest_first
+	if [ -z "${!p}" ] || [ -z "${!l}" ]; then
+		continue
+	elif [ -n "$LOADED" ]; then
+		skip "$par at a time: the plan's order (${!p}s) against largest-first (${!l}s)" \
+			"host too loaded: $LOADED"
+	else
+		# Where the two orders predict the same total (one at a time,
+		# the link unshared), their real drains differ by the run's noise
+		# alone: 5% was seen; else 3%.
+		pp=PRED_p${par}_plan pl=PRED_p${par}_largest_first tol=3
+		within "${!pp}" "${!pl}" 1 && tol=10
+		check "$par at a time: the plan's order drained in ${!p}s, largest-first in ${!l}s (no longer, within $tol%)" \
+			awk -v p="${!p}" -v l="${!l}" -v t="$tol" 'BEGIN { exit !(p <= l * (1 + t / 100)) }'
+	fi
+done
+sed 's/^/# /' "$TMP/p2-plan.txt"
+echo "# link $((LINK / MIB)) MiB/s, max-bandwidth $((OWN / MIB)) MiB/s per VM, downtime-limit 300 ms, abort after $ABORT s/GiB"
+echo "# case                   vm      start     end    time  verdict   |   start     end    time  real"
+printf '%s' "$SUMMARY"
