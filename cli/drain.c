@@ -80,23 +80,13 @@ static int drain_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		a->seed = (uint64_t)v;
 		return 0;
 	case OPT_PARALLEL:
-		v = cli_parse_long(cli, "--parallel", arg, 1, 255);
-		if (v < 0)
-			return -1;
-		a->mig.parallel = (unsigned int)v;
-		return 0;
+		return plan_parse_migration(cli, "--parallel", arg, &a->mig) ? 0 : -1;
 	case OPT_COMPRESSED:
-		a->mig.compress = kvmstats_mig_compress_parse(arg);
-		if (a->mig.compress > 0)
-			return 0;
-		cli_err(cli, "--compressed: what is '%s'? (zlib, zstd)", arg);
-		return -1;
+		return plan_parse_migration(cli, "--compressed", arg, &a->mig) ? 0 : -1;
 	case OPT_AUTO_CONVERGE:
-		a->mig.auto_converge = 1;
-		return 0;
+		return plan_parse_migration(cli, "--auto-converge", arg, &a->mig) ? 0 : -1;
 	case OPT_POSTCOPY:
-		a->mig.postcopy = 1;
-		return 0;
+		return plan_parse_migration(cli, "--postcopy", arg, &a->mig) ? 0 : -1;
 	}
 	return 0;
 }
@@ -112,26 +102,6 @@ static int drain_check(struct cli *cli, void *ctx)
 }
 
 /* ---- each VM's plan ---- */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_until(double t)
-{
-	double d = t - now_s();
-	struct timespec ts;
-
-	if (d <= 0)
-		return;
-	ts.tv_sec = (time_t)d;
-	ts.tv_nsec = (long)((d - (double)ts.tv_sec) * 1e9);
-	nanosleep(&ts, NULL);
-}
 
 static void open_vm(const struct drain_args *a, struct drain_vm *v)
 {
@@ -169,9 +139,9 @@ static void plan_all(const struct drain_args *a, struct drain_vm *vms, size_t n)
 	for (size_t i = 0; a->interval > 0 && i < n; i++)
 		if (vms[i].p && !vms[i].res->error)
 			kvmstats_plan__dirty_begin(vms[i].p);
-	t0 = now_s();
+	t0 = plan_now_s();
 	for (unsigned int k = 0; a->interval > 0 && k < points; k++) {
-		sleep_until(t0 + a->interval / (double)(1u << (points - 1 - k)));
+		plan_sleep_until(t0 + a->interval / (double)(1u << (points - 1 - k)));
 		for (size_t i = 0; i < n; i++)
 			if (vms[i].p && !vms[i].res->error)
 				kvmstats_plan__dirty_point(vms[i].p);

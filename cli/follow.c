@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "follow.h"
+#include "plan_args.h"
 
 /* Failed polls in a row before a VM is said to be unreadable. */
 #define FOLLOW_SAY_AFTER 3
@@ -47,14 +48,6 @@ struct follow_args {
 	long count;
 	unsigned int qmp_timeout_ms;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static bool parse_secs(const struct cli *cli, const char *opt, const char *arg,
 		       double min, double *out)
@@ -386,13 +379,13 @@ static void sleep_s(double s)
 static int watch(struct cli *cli, const struct follow_args *a, struct fvm *vms,
 		 size_t n)
 {
-	double t0 = now_s(), t;
+	double t0 = plan_now_s(), t;
 	size_t waiting = n, done = 0;
 
 	for (long round = 0; waiting; round++) {
 		if (round)
 			sleep_s(a->interval);
-		t = now_s() - t0;
+		t = plan_now_s() - t0;
 		waiting = 0;
 		for (size_t i = 0; i < n; i++) {
 			if (vms[i].state == FVM_WAIT || vms[i].state == FVM_RUN)
@@ -401,7 +394,7 @@ static int watch(struct cli *cli, const struct follow_args *a, struct fvm *vms,
 				   vms[i].state == FVM_RUN;
 		}
 		if ((a->count && round + 1 >= a->count) ||
-		    (a->timeout > 0 && now_s() - t0 >= a->timeout))
+		    (a->timeout > 0 && plan_now_s() - t0 >= a->timeout))
 			break;
 	}
 	for (size_t i = 0; i < n; i++)

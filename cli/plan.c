@@ -122,23 +122,13 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 	case OPT_PAGEMAP:
 		return parse_pagemap(cli, arg, &a->pagemap) ? 0 : -1;
 	case OPT_PARALLEL:
-		v = cli_parse_long(cli, "--parallel", arg, 1, 255);
-		if (v < 0)
-			return -1;
-		a->mig.parallel = (unsigned int)v;
-		return 0;
+		return plan_parse_migration(cli, "--parallel", arg, &a->mig) ? 0 : -1;
 	case OPT_COMPRESSED:
-		a->mig.compress = kvmstats_mig_compress_parse(arg);
-		if (a->mig.compress > 0)
-			return 0;
-		cli_err(cli, "--compressed: what is '%s'? (zlib, zstd)", arg);
-		return -1;
+		return plan_parse_migration(cli, "--compressed", arg, &a->mig) ? 0 : -1;
 	case OPT_AUTO_CONVERGE:
-		a->mig.auto_converge = 1;
-		return 0;
+		return plan_parse_migration(cli, "--auto-converge", arg, &a->mig) ? 0 : -1;
 	case OPT_POSTCOPY:
-		a->mig.postcopy = 1;
-		return 0;
+		return plan_parse_migration(cli, "--postcopy", arg, &a->mig) ? 0 : -1;
 	case OPT_SEED:
 		v = cli_parse_long(cli, "--seed", arg, 1, LONG_MAX);
 		if (v < 0)
@@ -251,26 +241,6 @@ static int show_progress(void *arg, uint64_t done, uint64_t total)
 	return 0;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_until(double t)
-{
-	double d = t - now_s();
-	struct timespec ts;
-
-	if (d <= 0)
-		return;
-	ts.tv_sec = (time_t)d;
-	ts.tv_nsec = (long)((d - (double)ts.tv_sec) * 1e9);
-	nanosleep(&ts, NULL);
-}
-
 /* ---- the steps, over every VM ---- */
 
 static void estimate_all(struct cli *cli, const struct plan_args *a,
@@ -308,9 +278,9 @@ static void dirty_all(const struct plan_args *a, struct vm_row *rows, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p && !rows[i].res->error)
 			kvmstats_plan__dirty_begin(rows[i].p);
-	t0 = now_s();
+	t0 = plan_now_s();
 	for (unsigned int k = 0; k < points; k++) {
-		sleep_until(t0 + interval / (double)(1u << (points - 1 - k)));
+		plan_sleep_until(t0 + interval / (double)(1u << (points - 1 - k)));
 		for (size_t i = 0; i < n; i++)
 			if (rows[i].p && !rows[i].res->error)
 				kvmstats_plan__dirty_point(rows[i].p);
@@ -331,7 +301,7 @@ static bool uncertain(const struct vm_row *row)
 
 static void predict_all(const struct plan_args *a, struct vm_row *rows, size_t n)
 {
-	double interval = a->interval > 0 ? a->interval : 1, t0 = now_s();
+	double interval = a->interval > 0 ? a->interval : 1, t0 = plan_now_s();
 
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p)
@@ -343,7 +313,7 @@ static void predict_all(const struct plan_args *a, struct vm_row *rows, size_t n
 			more += uncertain(&rows[i]);
 		if (!more)
 			return;
-		sleep_until(t0 + interval * k);
+		plan_sleep_until(t0 + interval * k);
 		for (size_t i = 0; i < n; i++) {
 			if (!uncertain(&rows[i]))
 				continue;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "plan_args.h"
 
@@ -107,4 +108,51 @@ int plan_select_pids(struct cli *cli, const struct target_args *t, pid_t **out)
 	}
 	*out = all;
 	return n;
+}
+
+bool plan_parse_migration(const struct cli *cli, const char *opt, const char *arg,
+			  struct kvmstats_migrate_overrides *mig)
+{
+	long v;
+
+	if (!strcmp(opt, "--auto-converge")) {
+		mig->auto_converge = 1;
+		return true;
+	}
+	if (!strcmp(opt, "--postcopy")) {
+		mig->postcopy = 1;
+		return true;
+	}
+	if (!strcmp(opt, "--parallel")) {
+		v = cli_parse_long(cli, "--parallel", arg, 1, 255);
+		if (v < 0)
+			return false;
+		mig->parallel = (unsigned int)v;
+		return true;
+	}
+	mig->compress = kvmstats_mig_compress_parse(arg);
+	if (mig->compress > 0)
+		return true;
+	cli_err(cli, "--compressed: what is '%s'? (zlib, zstd)", arg);
+	return false;
+}
+
+double plan_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void plan_sleep_until(double t)
+{
+	double d = t - plan_now_s();
+	struct timespec ts;
+
+	if (d <= 0)
+		return;
+	ts.tv_sec = (time_t)d;
+	ts.tv_nsec = (long)((d - (double)ts.tv_sec) * 1e9);
+	nanosleep(&ts, NULL);
 }

@@ -17,5 +17,12 @@ bool plan_parse_methods(const struct cli *cli, const char *arg, unsigned int *ou
 /* The VMMs --pid and --name choose (every VMM without them): a count
  * and *@out (malloc'ed), or -errno (reported). */
 int plan_select_pids(struct cli *cli, const struct target_args *t, pid_t **out);
+/* --parallel N, --compressed zlib|zstd, --auto-converge, --postcopy
+ * (named by @opt) into @mig; false after an error message. */
+bool plan_parse_migration(const struct cli *cli, const char *opt, const char *arg,
+			  struct kvmstats_migrate_overrides *mig);
+/* CLOCK_MONOTONIC in seconds, and a sleep until such a time. */
+double plan_now_s(void);
+void plan_sleep_until(double t);
 
 #endif
