@@ -258,9 +258,7 @@ demo: deps
 	$(O)/kvmstats demo
 
 # Installs what `build` built; the units get BINDIR filled in.
-INSTALLED = $(BINDIR)/kvmstats $(INCLUDEDIR)/kvmstats.h \
-	$(INCLUDEDIR)/kvmstats_log.h $(INCLUDEDIR)/kvmstats_mem.h \
-	$(INCLUDEDIR)/kvmstats_follow.h \
+INSTALLED = $(BINDIR)/kvmstats $(addprefix $(INCLUDEDIR)/,$(notdir $(PUB_HDRS))) \
 	$(LIBDIR)/libkvmstats.a $(LIBDIR)/libkvmstats.so \
 	$(LIBDIR)/libkvmstats.so.$(SOVER) $(LIBDIR)/libkvmstats.so.$(VERSION) \
 	$(PKGCONFIGDIR)/libkvmstats.pc $(addprefix $(MANDIR)/man1/,$(notdir $(wildcard docs/*.1))) \
