@@ -294,6 +294,24 @@ int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 	return 0;
 }
 
+/* The rate is the one over the interval asked for, as QEMU's
+ * calc-dirty-rate gives it: the points sampling more added past it (an
+ * uncertain verdict) only extend the curve the model reads. A working
+ * set that saturates would otherwise show a rate falling with each. */
+static void rate_at_interval(struct kvmstats_dirty_result *d, uint32_t extra)
+{
+	const struct kvmstats_dirty_point *pt;
+
+	if (!extra || d->npoints <= extra)
+		return;
+	pt = &d->points[d->npoints - 1 - extra];
+	if (pt->t <= 0)
+		return;
+	d->pages_per_second = pt->pages / pt->t;
+	d->lo = pt->lo / pt->t;
+	d->hi = pt->hi / pt->t;
+}
+
 int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 {
 	int err;
@@ -305,6 +323,7 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 		return fail(p, err, "dirty rate: %s", err == -ESRCH ?
 			    "the VM exited" : strerror(-err));
 	p->res.dirty_measured = !kvmstats_dirty__result(p->dirty, &p->res.dirty);
+	rate_at_interval(&p->res.dirty, p->extra);
 	note_missing(p);
 	return 0;
 }
@@ -315,9 +334,10 @@ int kvmstats_plan__dirty_extend(struct kvmstats_plan *p)
 
 	if (!p->dirty)
 		return 0;
+	p->extra++;		/* before the point: the rate stays the interval's */
 	err = kvmstats_plan__dirty_point(p);
-	if (!err)
-		p->extra++;
+	if (err)
+		p->extra--;
 	return err;
 }
 
