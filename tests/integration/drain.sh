@@ -150,6 +150,11 @@ print(json.dumps({'drain_seconds': max(ends) if ends else None,
                   'vms': {str(k): v for k, v in res.items()}}))
 EOF
 
+# dst_running NAME: the destination QEMU NAME runs its guest.
+dst_running() {
+	qmp "$TMP/$1.qmp" '{"execute":"query-status"}' | grep -q '"status": *"running"'
+}
+
 # drain_case PAR ORDER: plan, then really drain; REAL_<par>_<order> is
 # the real drain time.
 SUMMARY=""
@@ -193,6 +198,17 @@ drain_case() {
 	track "$relay"
 	wait_until 50 grep -q ready "$TMP/$name.relay"
 	out=$(python3 "$TMP/orchestrate.py" "$TMP/$name.json" "$map" "$par" "$(slow 150)" 2>"$TMP/$name.orch.err")
+	# "completed" is the source's word once it has written everything:
+	# the relay may still hold the link's backlog. The relay goes only
+	# once every destination that is to run has loaded it all.
+	for v in $NAMES; do
+		pid=PID_$v
+		read -r dst _ <<<"$(eval echo "\$NEXT_$v")"
+		[ "$(jq -r --arg p "${!pid}" '.vms[$p].status' <<<"$out" 2>/dev/null)" = completed ] || continue
+		wait_until "$(slow 300)" dst_running "$dst" ||
+			fail "$name: $v's destination did not run after its migration completed" \
+				"$(qmp "$TMP/$dst.qmp" '{"execute":"query-status"}' | tr '\n' ' ')"
+	done
 	kill "$relay" 2>/dev/null
 	echo "$out" >"$TMP/$name.real"
 	if [ -z "$out" ]; then
