@@ -141,6 +141,17 @@ q() {
 	wait "$QMPC_PID" 2>/dev/null
 }
 
+# migration_settings NAME CAPS PARAMS: migration capabilities (a JSON
+# array) and parameters (a JSON object) on $TMP/NAME.qmp, as an operator
+# or libvirt sets them; says QEMU's refusal and fails on one.
+migration_settings() {
+	local r
+	r=$(q "$1" "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":$2}}")
+	case $r in *'"return"'*) ;; *) echo "# $1: capabilities: $r"; return 1 ;; esac
+	r=$(q "$1" "{\"execute\":\"migrate-set-parameters\",\"arguments\":$3}")
+	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
+}
+
 # within A B PCT: |A - B| <= PCT% of B
 within() {
 	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'

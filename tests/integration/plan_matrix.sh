@@ -59,16 +59,6 @@ DOWNTIME=300
 # The pool of random bytes data=random copies from, at 48 MiB.
 POOL_AT=0x3000000
 
-# setup NAME CAPS PARAMS: migration capabilities (a JSON array) and
-# parameters (a JSON object) on NAME.
-setup() {
-	local r
-	r=$(q "$1" "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":$2}}")
-	case $r in *'"return"'*) ;; *) echo "# $1: capabilities: $r"; return 1 ;; esac
-	r=$(q "$1" "{\"execute\":\"migrate-set-parameters\",\"arguments\":$3}")
-	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
-}
-
 # caps MULTIFD AUTOCONVERGE POSTCOPY: the capabilities array, each one
 # said (the chain's VM keeps what the last case set).
 caps() {
@@ -173,7 +163,7 @@ run_case() {
 	case $caps in *'"auto-converge","state":true'*) must_complete=1 ;; esac
 	case $caps in *'"postcopy-ram","state":true'*) must_complete=1 postcopy=1 ;; esac
 	NCASES=$((NCASES + 1))
-	if ! setup "$src" "$caps" "$params"; then
+	if ! migration_settings "$src" "$caps" "$params"; then
 		fail "$name: QEMU $VER refused the settings"
 		return 1
 	fi
@@ -198,7 +188,7 @@ run_case() {
 	# shellcheck disable=SC2086 # word splitting wanted
 	QEMU_MEM=$MEM launch_qemu "$dst" "$guest" $args -incoming defer
 	pd=$QEMU_PID
-	if ! wait_qmp "$dst" || ! setup "$dst" "$caps" "$params"; then
+	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$caps" "$params"; then
 		fail "$name: the destination QEMU did not start"
 		kill "$pd" 2>/dev/null
 		return 1

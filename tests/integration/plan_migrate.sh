@@ -31,16 +31,6 @@ if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ]; then
 fi
 VER=$(qemu_version)
 
-# setup NAME CAPS PARAMS: migration capabilities (a JSON array) and
-# parameters (a JSON object) on NAME.
-setup() {
-	local r
-	r=$(q "$1" "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":$2}}")
-	case $r in *'"return"'*) ;; *) echo "# $1: capabilities: $r"; return 1 ;; esac
-	r=$(q "$1" "{\"execute\":\"migrate-set-parameters\",\"arguments\":$3}")
-	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
-}
-
 # migrate SRC DST: SRC to DST (started with -incoming defer) over loopback
 # TCP; prints "transferred total-time-ms" once it completed.
 migrate() {
@@ -106,11 +96,11 @@ migrate_case() {
 	# With plan options, the VM is planned as it stands (legacy, only
 	# the bandwidth and downtime set) and the options say the rest.
 	if [ $# -gt 0 ]; then
-		setup "$src" '[{"capability":"multifd","state":false}]' \
+		migration_settings "$src" '[{"capability":"multifd","state":false}]' \
 			"$(jq -c '{"max-bandwidth", "downtime-limit", "multifd-compression": "none"}' <<<"$params")" &&
 			out=$("$KVMSTATS" plan --pid "$ps" --method scan --interval 0 --json "$@" 2>"$TMP/$name.err")
 	fi
-	if ! setup "$src" "$caps" "$params" || ! setup "$dst" "$caps" "$params"; then
+	if ! migration_settings "$src" "$caps" "$params" || ! migration_settings "$dst" "$caps" "$params"; then
 		fail "$name: QEMU $VER refused the settings"
 		return 1
 	fi

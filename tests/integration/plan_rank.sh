@@ -44,11 +44,7 @@ PARAMS="{\"max-bandwidth\":$BW,\"downtime-limit\":300}"
 
 # setup NAME: the migration settings on NAME (legacy pre-copy).
 setup() {
-	local r
-	r=$(q "$1" '{"execute":"migrate-set-capabilities","arguments":{"capabilities":[{"capability":"multifd","state":false}]}}')
-	case $r in *'"return"'*) ;; *) echo "# $1: capabilities: $r"; return 1 ;; esac
-	r=$(q "$1" "{\"execute\":\"migrate-set-parameters\",\"arguments\":$PARAMS}")
-	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
+	migration_settings "$1" '[{"capability":"multifd","state":false}]' "$PARAMS"
 }
 
 # migrate SRC DST: SRC to DST (started with -incoming defer) over loopback
