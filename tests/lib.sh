@@ -197,11 +197,15 @@ need_debugfs() {
 	fi
 }
 
-# without_kvm CMD...: run CMD (as root) in a private mount namespace whose
-# /dev is a fresh tmpfs with the usual nodes, its own ptys, and no kvm:
-# a host without KVM, for the offline paths.
-without_kvm() {
+# private_dev KVM CMD...: run CMD (as root) in a private mount namespace
+# whose /dev is a fresh tmpfs with the usual nodes and its own ptys; KVM
+# says what /dev/kvm is there: "none", or "MAJOR MINOR" of the character
+# device put in its place. Made from nothing, so it works on a host that
+# has a /dev/kvm and on one that has none.
+private_dev() {
 	unshare -m --propagation private sh -c '
+		kvm=$1
+		shift
 		mount -t tmpfs -o mode=755 none /dev || exit 125
 		while read -r n maj min; do
 			mknod -m 666 "/dev/$n" c "$maj" "$min" || exit 125
@@ -213,15 +217,22 @@ without_kvm() {
 			urandom 1 9
 			tty 5 0
 		NODES
+		[ "$kvm" = none ] || mknod -m 666 /dev/kvm c $kvm || exit 125
 		mkdir /dev/pts /dev/shm
 		mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts || exit 125
 		ln -s pts/ptmx /dev/ptmx
 		mount -t tmpfs none /dev/shm
 		ln -s /proc/self/fd /dev/fd
 		for i in 0 1 2; do ln -s /proc/self/fd/$i /dev/$(echo stdin stdout stderr | cut -d" " -f$((i + 1))); done
-		[ ! -e /dev/kvm ] || exit 125
-		exec "$@"' without_kvm "$@"
+		exec "$@"' private_dev "$@"
 }
+
+# without_kvm CMD...: CMD on a host without KVM, for the offline paths.
+without_kvm() { private_dev none "$@"; }
+
+# with_kvm_not_kvm CMD...: CMD where /dev/kvm is a device that is not
+# KVM (/dev/null's).
+with_kvm_not_kvm() { private_dev "1 3" "$@"; }
 
 # free_port: a loopback TCP port nobody listens on (bounded tries).
 free_port() {

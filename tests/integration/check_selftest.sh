@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=none
+# kvmstats-test: needs=none nosan
 # `kvmstats check` fails every image the kernel selftest
 # kvm_binary_stats_test rejects, naming the rule; `dump` never crashes on
 # them. Usage: check_selftest.sh [BASE-IMAGE...]; without arguments the
@@ -52,7 +52,9 @@ source "$(dirname "$0")/../lib.sh"
 MK=$ROOT/build/mkselftest
 [ -x "$MK" ] || { fail "build/mkselftest is built (make build/mkselftest)"; exit 1; }
 # Both CLIs, unless the caller asks for $KVMSTATS alone (SELFTEST_ONE_CLI:
-# check_kvm.sh, on the kernel's images, where the other cases run both).
+# check_kvm.sh, on the kernel's images, where the other cases run both);
+# so the script is tagged nosan: an ASan pass of it would repeat the
+# ASan CLI's half.
 bins=("$KVMSTATS")
 [ -z "${SELFTEST_ONE_CLI:-}" ] && [ -x "$ROOT/build-san/kvmstats" ] &&
 	[ "$KVMSTATS" != "$ROOT/build-san/kvmstats" ] && bins+=("$ROOT/build-san/kvmstats")

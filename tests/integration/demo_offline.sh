@@ -102,9 +102,7 @@ tmux -S "$SOCK" kill-server 2>/dev/null
 # A /dev/kvm that is not KVM (here /dev/null bound over it): the demo
 # plays the recording too, instead of failing to start guests.
 SOCK2=$TMP/tmux2.sock
-unshare -m --propagation private sh -c "mount --bind /dev/null /dev/kvm 2>/dev/null ||
-	{ touch '$TMP/kvm' && mount --bind '$TMP/kvm' /dev/kvm; } || exit 1
-	exec tmux -S '$SOCK2' new-session -d -x 100 -y 30 \"$run; sleep 30\""
+with_kvm_not_kvm tmux -S "$SOCK2" new-session -d -x 100 -y 30 "$run; sleep 30"
 rc=$?
 check "tmux started with a /dev/kvm that is not KVM" test $rc = 0
 tmux_pid=$(tmux -S "$SOCK2" display-message -p '#{pid}' 2>/dev/null)
