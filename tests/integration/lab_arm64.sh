@@ -9,7 +9,7 @@
 # scrape, top --once, with armvmm's two vCPUs looping HVC, WFI and an MMIO
 # write. The parts it prints are checked here. Only what holds on every
 # KVM is asserted: counters that never go back, exits after the loops ran.
-# KVMSTATS_ARM64_TIMEOUT: the lab's deadline in seconds (default 900).
+# KVMSTATS_ARM64_TIMEOUT: the lab's deadline in seconds (default 600).
 source "$(dirname "$0")/../lib.sh"
 # shellcheck source=tests/lab/arm64.sh
 source "$ROOT/tests/lab/arm64.sh"
@@ -40,10 +40,15 @@ BUILD_S=$((SECONDS - T0))
 
 # The lab; once more when it says the guest stopped as a whole (75).
 T1=$SECONDS
+# The lab runs tracked, so that however this script ends (the runner's
+# SIGTERM too) cleanup stops it, and it its QEMU.
+trap 'exit 143' TERM INT
 for _ in 1 2; do
-	"$ROOT/tests/lab/kvmlab" --arch arm64 --timeout "${KVMSTATS_ARM64_TIMEOUT:-900}" \
+	"$ROOT/tests/lab/kvmlab" --arch arm64 --timeout "${KVMSTATS_ARM64_TIMEOUT:-600}" \
 		--share "$OUT" --cwd "$ROOT" -- sh tests/lab/arm64-pass "$OUT" \
-		>"$TMP/pass.raw" 2>"$TMP/lab.err"
+		>"$TMP/pass.raw" 2>"$TMP/lab.err" &
+	track $!
+	wait $!
 	rc=$?
 	# A virtio console may end its lines with CR LF.
 	tr -d '\r' <"$TMP/pass.raw" >"$TMP/pass.out"

@@ -4,13 +4,11 @@
  * arm64 lab (tests/lab/kvmlab --arch arm64). One VM, 1-8 vCPUs; every
  * vCPU runs, from the same page, at EL1 with the MMU off:
  *
- *	loop:	hvc	#0		// a PSCI call KVM answers itself
- *					// (NOT_SUPPORTED): hvc_exit_stat
- *		wfi			// traps to KVM, which blocks the vCPU
- *					// until a kick: wfi_exit_stat
- *		str	x1, [x2]	// x2: an address no memslot holds: an
- *					// exit to us, KVM_EXIT_MMIO: mmio_exit_user
- *		b	loop
+ *   loop: hvc #0        a PSCI call KVM answers itself: hvc_exit_stat
+ *         wfi           KVM blocks the vCPU until a kick: wfi_exit_stat
+ *         str x1, [x2]  x2 is in no memslot: an exit to us
+ *                       (KVM_EXIT_MMIO): mmio_exit_user
+ *         b loop
  *
  * With no interrupt controller nothing would end a WFI: the main thread
  * kicks every vCPU thread with SIGUSR1 every millisecond (KVM_RUN returns
@@ -45,15 +43,15 @@
 #endif
 
 #define MAX_VCPUS 8
-#define CODE_GPA 0x40000000UL	/* the guest's one memslot */
+#define CODE_GPA 0x40000000UL /* the guest's one memslot */
 #define CODE_SIZE 0x10000UL
-#define MMIO_GPA 0x10000000UL	/* in no memslot: a write there exits */
+#define MMIO_GPA 0x10000000UL /* in no memslot: a write there exits */
 
 static const uint32_t guest_code[] = {
-	0xd4000002,	/* hvc #0 */
-	0xd503207f,	/* wfi */
-	0xf9000041,	/* str x1, [x2] */
-	0x17fffffd,	/* b .-12 */
+	0xd4000002, /* hvc #0 */
+	0xd503207f, /* wfi */
+	0xf9000041, /* str x1, [x2] */
+	0x17fffffd, /* b .-12 */
 };
 
 struct vcpu {
@@ -61,7 +59,7 @@ struct vcpu {
 	int fd;
 	int stats_fd;
 	struct kvm_run *run;
-	unsigned long loops;	/* MMIO exits: one per loop */
+	unsigned long loops; /* MMIO exits: one per loop */
 };
 
 static struct vcpu vcpus[MAX_VCPUS];
@@ -110,20 +108,22 @@ static void *vcpu_loop(void *arg)
 	while (!stop) {
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR)
-				continue;	/* a kick: run again */
+				continue; /* a kick: run again */
 			die("KVM_RUN");
 		}
 		if (v->run->exit_reason != KVM_EXIT_MMIO) {
 			errno = 0;
 			die("unexpected exit %u", v->run->exit_reason);
 		}
-		/* The write is dropped; KVM moves past the str on the next run. */
+		/* The write is dropped; KVM moves past the str on the next run.
+		 */
 		__atomic_add_fetch(&v->loops, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
 
-static void add_vcpu(int kvm, int vm, unsigned int i, struct kvm_vcpu_init *init)
+static void add_vcpu(int kvm, int vm, unsigned int i,
+		     struct kvm_vcpu_init *init)
 {
 	struct vcpu *v = &vcpus[i];
 	int size = ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
@@ -184,7 +184,9 @@ static void write_ready(const char *path)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: armvmm [--vcpus 1-%d] [--loops N] [--ready FILE] [--timeout S]\n",
+	fprintf(stderr,
+		"usage: armvmm [--vcpus 1-%d] [--loops N] [--ready FILE] "
+		"[--timeout S]\n",
 		MAX_VCPUS);
 	exit(2);
 }
@@ -194,8 +196,8 @@ int main(int argc, char **argv)
 	unsigned long n = 1, loops = 100, timeout = 600;
 	const char *ready = NULL;
 	struct kvm_vcpu_init init;
-	struct timespec kick = { 0, 1000000 }, t0, t;
-	struct sigaction sa = { .sa_handler = on_kick };
+	struct timespec kick = {0, 1000000}, t0, t;
+	struct sigaction sa = {.sa_handler = on_kick};
 	int kvm, vm, vm_stats;
 
 	for (int i = 1; i < argc; i++) {
@@ -235,11 +237,13 @@ int main(int argc, char **argv)
 	for (unsigned int i = 0; i < n; i++)
 		add_vcpu(kvm, vm, i, &init);
 	for (unsigned int i = 0; i < n; i++)
-		if (pthread_create(&vcpus[i].thread, NULL, vcpu_loop, &vcpus[i]))
+		if (pthread_create(&vcpus[i].thread, NULL, vcpu_loop,
+				   &vcpus[i]))
 			die("pthread_create");
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (t = t0; !stop && (unsigned long)(t.tv_sec - t0.tv_sec) < timeout;) {
+	for (t = t0;
+	     !stop && (unsigned long)(t.tv_sec - t0.tv_sec) < timeout;) {
 		nanosleep(&kick, NULL);
 		for (unsigned int i = 0; i < n; i++)
 			pthread_kill(vcpus[i].thread, SIGUSR1);
@@ -256,7 +260,8 @@ int main(int argc, char **argv)
 			pthread_kill(vcpus[i].thread, SIGUSR1);
 			nanosleep(&kick, NULL);
 		}
-		fprintf(stderr, "armvmm: vCPU %u: %lu loops\n", i, vcpus[i].loops);
+		fprintf(stderr, "armvmm: vCPU %u: %lu loops\n", i,
+			vcpus[i].loops);
 	}
 	return 0;
 }
