@@ -10,6 +10,7 @@
 # write. The parts it prints are checked here. Only what holds on every
 # KVM is asserted: counters that never go back, exits after the loops ran.
 # KVMSTATS_ARM64_TIMEOUT: the lab's deadline in seconds (default 600).
+# KVMSTATS_ARM64_MODE: KVM's mode, vhe (the default), nvhe or protected.
 source "$(dirname "$0")/../lib.sh"
 # shellcheck source=tests/lab/arm64.sh
 source "$ROOT/tests/lab/arm64.sh"
@@ -45,6 +46,7 @@ T1=$SECONDS
 trap 'exit 143' TERM INT
 for _ in 1 2; do
 	"$ROOT/tests/lab/kvmlab" --arch arm64 --timeout "${KVMSTATS_ARM64_TIMEOUT:-600}" \
+		${KVMSTATS_ARM64_MODE:+--kvm-mode "$KVMSTATS_ARM64_MODE"} \
 		--share "$OUT" --cwd "$ROOT" -- sh tests/lab/arm64-pass "$OUT" \
 		>"$TMP/pass.raw" 2>"$TMP/lab.err" &
 	track $!
