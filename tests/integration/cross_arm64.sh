@@ -5,71 +5,36 @@
 # injection, which is x86_64's and says so at run time): Debian's
 # gcc-aarch64-linux-gnu against a sysroot of Debian's own arm64 -dev
 # packages. The sysroot is made once and cached outside the tree
-# (KVMSTATS_CROSS_CACHE, default ~/.cache/kvmstats): apt-get downloads the
-# packages with a private state directory, from the sources this system's
-# apt already uses, without changing its configuration, and dpkg -x
-# unpacks them. With qemu-aarch64 (package qemu-user) the arm64 binaries
-# also run: the CLI reads the kernel's stats images and refuses attach.
+# (KVMSTATS_CROSS_CACHE, default ~/.cache/kvmstats) by tests/lab/arm64.sh:
+# apt-get downloads the packages with a private state directory, from the
+# sources this system's apt already uses, without changing its
+# configuration, and dpkg -x unpacks them. With qemu-aarch64 (package
+# qemu-user) the arm64 binaries also run: the CLI reads the kernel's stats
+# images and refuses attach.
 source "$(dirname "$0")/../lib.sh"
 
+# shellcheck source=tests/lab/arm64.sh
+source "$ROOT/tests/lab/arm64.sh"
 CROSS=aarch64-linux-gnu
 MA=aarch64-linux-gnu
-PKGS="libc6-dev linux-libc-dev libjson-c-dev libncurses-dev libmicrohttpd-dev
-libcap-ng-dev zlib1g-dev libzstd-dev libyaml-dev libcrypt-dev libcmocka-dev"
-CACHE=${KVMSTATS_CROSS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvmstats}
-# A new package list is a new sysroot.
-KEY=$(echo "$PKGS" | md5sum | cut -c1-8)
-SR=$CACHE/sysroot-arm64-$KEY
 
 if ! command -v $CROSS-gcc >/dev/null; then
 	fail "cross compiler" "$CROSS-gcc is missing (package gcc-aarch64-linux-gnu; make test-deps)"
 	exit 1
 fi
 
-# make_sysroot: download the arm64 packages and their dependencies into a
-# private apt tree, unpack them, and make absolute symlinks relative (the
-# linker would follow them into the host's /). Bounded in time; only moved into place when complete.
-make_sysroot() {
-	local A=$CACHE/apt-arm64 new=$SR.new
-	local apt=(apt-get -q -o APT::Architecture=arm64 -o APT::Architectures::=arm64
-		-o Dir::State="$A/state" -o Dir::State::status="$A/state/status"
-		-o Dir::Cache="$A/cache" -o Debug::NoLocking=1
-		-o APT::Sandbox::User="$(id -un)")
-	rm -rf "$A" "$new"
-	mkdir -p "$A/state/lists/partial" "$A/cache/archives/partial" "$new"
-	: >"$A/state/status"
-	timeout 600 "${apt[@]}" update >"$TMP/apt.log" 2>&1 &&
-		timeout 600 "${apt[@]}" install -y --download-only --no-install-recommends \
-			$PKGS >>"$TMP/apt.log" 2>&1 || return 1
-	for deb in "$A"/cache/archives/*.deb; do
-		dpkg-deb -x "$deb" "$new" || return 1
-	done
-	find "$new" -type l -lname '/*' | while read -r l; do
-		ln -sfn "$(realpath -ms --relative-to="$(dirname "$l")" \
-			"$new$(readlink "$l")")" "$l"
-	done
-	rm -rf "$A" && mv "$new" "$SR"
-}
-
-if [ ! -d "$SR" ]; then
-	mkdir -p "$CACHE"
-	if ! make_sysroot; then
-		tail -20 "$TMP/apt.log"
-		fail "an arm64 sysroot of Debian's -dev packages" "apt-get download failed (see above)"
-		exit 1
-	fi
+if ! arm64_sysroot; then
+	tail -20 "$ARM64_LOG"
+	fail "an arm64 sysroot of Debian's -dev packages" "apt-get download failed (see above)"
+	exit 1
 fi
+SR=$ARM64_SYSROOT
 check "arm64 sysroot with json-c, ncurses, microhttpd, cap-ng, zlib, zstd, yaml, crypt" \
 	test -f "$SR/usr/include/json-c/json.h" -a -f "$SR/usr/lib/$MA/libmicrohttpd.so" \
 	-a -f "$SR/usr/include/linux/kvm.h"
 
-export PKG_CONFIG_SYSROOT_DIR=$SR
-export PKG_CONFIG_LIBDIR=$SR/usr/lib/$MA/pkgconfig:$SR/usr/share/pkgconfig
-unset PKG_CONFIG_PATH
 OUT=$TMP/arm64
-ARM=(CC="$CROSS-gcc --sysroot=$SR" AR=$CROSS-ar O="$OUT" WITH_LIBVIRT=no)
-timeout 900 make -C "$ROOT" -j2 "${ARM[@]}" programs "$OUT/tests/test_image" \
-	"$OUT/tests/test_inject" >"$TMP/make.log" 2>&1
+arm64_make "$OUT" programs "$OUT/tests/test_image" "$OUT/tests/test_inject" >"$TMP/make.log" 2>&1
 rc=$?
 [ $rc = 0 ] || tail -30 "$TMP/make.log"
 check "make programs for arm64 (CC=$CROSS-gcc, WITH_LIBVIRT=no)" test $rc = 0
