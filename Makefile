@@ -327,7 +327,7 @@ lint:
 		--inline-suppr -Iinclude -Ilib -Icli --std=c11 lib cli
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-arm64
 
 .PHONY: test-stack FORCE all build programs deps test-deps test-build unit check bench run-bench \
 	test test-lab demo install uninstall dist format lint clean

@@ -28,7 +28,9 @@ if ! arm64_sysroot; then
 fi
 
 T0=$SECONDS
-OUT=$TMP/arm64
+# The tree's build-arm64/, as cross_arm64.sh's (which runs first in the
+# suite: what it built is not built again).
+OUT=$ROOT/build-arm64
 arm64_make "$OUT" "$OUT/kvmstats" "$OUT/armvmm" >"$TMP/make.log" 2>&1
 rc=$?
 if [ $rc != 0 ]; then
