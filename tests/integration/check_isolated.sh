@@ -58,7 +58,7 @@ check "in the namespace, no QEMU, Prometheus or libvirtd runs" \
 
 timeout -k 10 1200 unshare -m --propagation private bash "$TMP/isolate.sh" "$TMP/olddev" \
 	runuser -u "$(id -un 65534)" -- env -u MAKEFLAGS HOME="$SRC" \
-	make -C "$SRC" check >"$TMP/check.log" 2>&1
+	make -C "$SRC" -j"$(nproc)" check >"$TMP/check.log" 2>&1
 rc=$?
 grep -E '^(not ok|[0-9]+ passed)' "$TMP/check.log" | sed 's/^/# /'
 [ $rc = 0 ] || tail -20 "$TMP/check.log"

@@ -14,7 +14,7 @@
 # over waits for a new one instead of reporting the old (--count).
 # In the lab (slow > 1) the guests are smaller.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm qemu
+# kvmstats-test: needs=kvm qemu labqemu
 # shellcheck disable=SC2154 # eval sets PID_<name>
 source "$(dirname "$0")/../lib.sh"
 

@@ -10,7 +10,7 @@
 # held by someone else makes the reads serve older values, then fail,
 # then recover; and `kvmstats list --json` has its documented shape.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm qemu
+# kvmstats-test: needs=kvm qemu labqemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp
 command -v socat >/dev/null || { skip qmp "socat is not installed"; exit 0; }
