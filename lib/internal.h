@@ -66,6 +66,13 @@ struct kvmstats_ctx {
 	unsigned int nhist_order;
 };
 
+/* A mutex that the sampling thread shares with threads of a lower
+ * class (pollers, the threads that open VMMs): priority inheritance, so
+ * that under `chrt -f` a holder preempted on a loaded host is run at
+ * once instead of holding the sampler for as long as the scheduler keeps
+ * it off a CPU. A plain mutex where the system has none. */
+void ks_mutex_init_pi(pthread_mutex_t *mu);
+
 /* Take and release @ctx's cache lock (no-ops for a NULL ctx). */
 void ks_ctx_lock(struct kvmstats_ctx *ctx);
 void ks_ctx_unlock(struct kvmstats_ctx *ctx);
