@@ -548,7 +548,8 @@ static int put_key(struct wtarget *wt, const void *data, unsigned char *p,
 	memcpy(p, data, wt->data_size);
 	memset(p + wt->data_size, 0, pad8(wt->data_size) - wt->data_size);
 	wt->since_key = 1;
-	if (cur || !wt->words)
+	/* base is there whenever words is (wtarget_alloc()). */
+	if (cur || !wt->words || !wt->base)
 		return 0;
 	memcpy(wt->base, data, wt->data_size);
 	wt->base_own = true;
