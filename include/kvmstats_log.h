@@ -139,9 +139,12 @@ KVMSTATS_API int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
  * reader's delta is taken as soon as it is read, while its data is in
  * the cache. Drops the VMMs that exited, sweeps every reader of @h once
  * and writes those of the VMMs @choose accepts (NULL: every VMM; the
- * others are swept, not written). A target that cannot be added (out of
- * memory) is left out of the sample, with a warning in the context's
- * log. Returns what begin or commit returned. */
+ * others are swept, not written). @choose is asked when the host's VMMs
+ * or readers changed since the last call (or @choose or @arg did), not at
+ * every sample: its verdict on a VMM must not change while the VMM stays.
+ * A target that cannot be added (out of memory) is left out of the
+ * sample, with a warning in the context's log. Returns what begin or
+ * commit returned. */
 typedef bool (*kvmstats_log_choose_fn)(const struct kvmstats_vmm *v, void *arg);
 KVMSTATS_API int kvmstats_log_writer__sweep_host(struct kvmstats_log_writer *w,
 						 struct kvmstats_host *h,

@@ -114,6 +114,7 @@ struct kvmstats_host *kvmstats_host__new(struct kvmstats_ctx *ctx,
 	}
 	h->ctx = ctx;
 	h->next_uid = 1;
+	h->gen = ks_now_ns();
 	return h;
 err:
 	free(h);
@@ -359,6 +360,8 @@ static int drop_dead(struct kvmstats_host *h)
 		dropped++;
 	}
 	h->n = j;
+	if (dropped)
+		ks_host_changed(h);
 	return dropped;
 }
 
@@ -664,8 +667,10 @@ static int insert(struct kvmstats_host *h, struct kvmstats_vmm *v)
 		return -ENOMEM;
 	}
 	v->uid = h->next_uid++;
+	v->host = h;
 	h->vmms = p;
 	h->vmms[h->n++] = v;
+	ks_host_changed(h);
 	return 1;
 }
 
@@ -722,6 +727,10 @@ static void refresh_vcpus(struct kvmstats_host *h)
 		if (v->src)
 			mark_levels(v);
 	}
+	/* A source's refresh adds, drops and replaces readers as it finds
+	 * them: whatever it did, the readers kept elsewhere are stale. */
+	if (h->n)
+		ks_host_changed(h);
 }
 
 int kvmstats_host__update(struct kvmstats_host *h)

@@ -66,6 +66,13 @@ struct kvmstats_ctx {
 	unsigned int nhist_order;
 };
 
+/* A mutex that the sampling thread shares with threads of a lower
+ * class (pollers, the threads that open VMMs): priority inheritance, so
+ * that under `chrt -f` a holder preempted on a loaded host is run at
+ * once instead of holding the sampler for as long as the scheduler keeps
+ * it off a CPU. A plain mutex where the system has none. */
+void ks_mutex_init_pi(pthread_mutex_t *mu);
+
 /* Take and release @ctx's cache lock (no-ops for a NULL ctx). */
 void ks_ctx_lock(struct kvmstats_ctx *ctx);
 void ks_ctx_unlock(struct kvmstats_ctx *ctx);
@@ -111,6 +118,7 @@ struct kvmstats_vmm {
 	const struct ks_source *vm_src;
 	void *vm_priv;
 	void (*vm_priv_free)(void *priv);
+	struct kvmstats_host *host; /* the host it is in, or NULL */
 };
 
 int ks_vmm_pidfd_open(struct kvmstats_vmm *v);
@@ -209,7 +217,19 @@ struct kvmstats_host {
 	struct ks_claim *claims;
 	size_t nclaims;
 	struct ks_sweep_pool *pool;	/* parallel sweeps (sweep.c), or NULL */
+	/* Moves whenever a VMM, VM or reader may have come or gone (an
+	 * insert, a drop, a source's refresh): what a caller keeps of the
+	 * readers (log_sweep.c's list) holds while it stays. It starts at
+	 * the time the host was made, so that another host made at the
+	 * same address does not take a cache of this one for its own. */
+	uint64_t gen;
 };
+/* Note that @h's set of VMMs, VMs or readers changed (NULL: none). */
+static inline void ks_host_changed(struct kvmstats_host *h)
+{
+	if (h)
+		h->gen++;
+}
 
 /* ---- parallel sweeps (sweep.c) ---- */
 #define KS_SWEEP_NSRC 6			/* the five sources, and any other */

@@ -11,10 +11,16 @@
  * reads that block and the previous one, cold again. Here an fd reader's
  * block is read into one scratch buffer, as the bare loop does, and
  * compared at once with the writer's own copy of what it last wrote (in
- * the target's allocation); only the words that changed are stored. The
- * reader's struct, the writer's target and its copy are prefetched a
- * few targets ahead, while the kernel copies others. Readers that are
- * not fds (attach, QMP, ...) are swept and added as write_host() does.
+ * the target's allocation); only the words that changed are stored.
+ *
+ * The walk itself is kept from one sample to the next: a flat list of
+ * the readers (fd, block offset and size, the writer's target), made
+ * again only when the host's VMMs or readers changed (its generation)
+ * or the writer freed targets. A sample is then a walk of that list:
+ * pread, compare, encode, with the target and its copy prefetched a few
+ * items ahead, and no VMM, VM, reader or hash table touched. Readers
+ * that are not fds (attach, QMP, ...) are swept and added as
+ * write_host() does.
  *
  * What is left (bench/record): reading the block back costs 0.1-0.18x
  * of a pread by itself on kvm_pvm, where nothing stays in the L1 across
@@ -31,13 +37,16 @@
 #include "log_format.h"
 #include "log_writer_int.h"
 
-#define PF_READER 8	/* the reader's struct: its fd and schema */
-#define PF_TARGET 6	/* the writer's target struct */
-#define PF_BASE 3	/* its copy of the block last written */
+#define PF_READER 8 /* a reader that is not an fd: its struct */
+#define PF_TARGET 6 /* the writer's target struct */
+#define PF_BASE 3 /* its copy of the block last written */
 
 static int items_add(struct lw_sweep *w, struct kvmstats_reader *r,
 		     const struct kvmstats_vmm *v, int32_t vm, int32_t vcpu)
 {
+	const struct kvmstats_schema *s = kvmstats_reader__schema(r);
+	int fd = kvmstats_reader__fd(r);
+
 	if (w->nitems == w->citems) {
 		size_t cap = w->citems ? w->citems * 2 : 256;
 		void *p = realloc(w->items, cap * sizeof(*w->items));
@@ -47,115 +56,190 @@ static int items_add(struct lw_sweep *w, struct kvmstats_reader *r,
 		w->items = p;
 		w->citems = cap;
 	}
-	w->items[w->nitems++] = (struct lw_sweep_item){ r, v, vm, vcpu };
+	/* A block too large for an entry is read the reader's way, and
+	 * the writer says why it is left out. */
+	if (!s || s->data_size > KS_MAX_DATA)
+		fd = -1;
+	w->items[w->nitems++] = (struct lw_sweep_item){
+		.fd = fd,
+		.r = r,
+		.v = v,
+		.vm = vm,
+		.vcpu = vcpu,
+		.size = fd >= 0 ? (uint32_t)s->data_size : 0,
+		.offset = fd >= 0 ? (off_t)s->hdr.data_offset : 0,
+	};
 	return 0;
 }
 
-/* The flat list of @h's readers, in add_vmm()'s order, built without
- * touching a reader (each would be a cache miss here; the loop
- * prefetches them instead). Allocates only when the host gained readers. */
+/* The pread buffer, as large as the largest block of the list (made
+ * here, never in the loop). Page-aligned: a block of a vCPU (1.1 KiB)
+ * is one page. */
+static int scratch_fit(struct lw_sweep *w)
+{
+	size_t need = 0, size;
+	void *p;
+
+	for (size_t i = 0; i < w->nitems; i++)
+		if (w->items[i].size > need)
+			need = w->items[i].size;
+	if (need <= w->scratch_size)
+		return 0;
+	size = (need + 4095) & ~(size_t)4095;
+	p = aligned_alloc(4096, size);
+	if (!p)
+		return -ENOMEM;
+	free(w->scratch);
+	w->scratch = p;
+	w->scratch_size = need;
+	return 0;
+}
+
+/* The flat list of @h's readers, in add_vmm()'s order: each reader's fd,
+ * block offset and size, so that a sample touches no VMM, VM or reader
+ * struct of an fd. Made again only when the host's VMMs or readers
+ * changed; allocates only when the host gained readers. */
 static int items_build(struct lw_sweep *w, struct kvmstats_host *h,
 		       kvmstats_log_choose_fn choose, void *arg)
 {
 	int err = 0;
 
+	w->valid = false;
 	w->nitems = 0;
 	for (size_t i = 0; i < h->n && !err; i++) {
 		const struct kvmstats_vmm *v = h->vmms[i];
-		const struct kvmstats_vmm *wv = !choose || choose(v, arg) ? v : NULL;
+		const struct kvmstats_vmm *wv =
+			!choose || choose(v, arg) ? v : NULL;
 
 		for (size_t j = 0; j < v->nvms && !err; j++) {
 			const struct kvmstats_vm *vm = v->vms[j];
 
-			/* Each VM is two cold lines, the second known from the
-			 * first: fetch them a few VMs ahead. */
-			if (j + 8 < v->nvms)
-				__builtin_prefetch(v->vms[j + 8]);
-			if (j + 4 < v->nvms)
-				__builtin_prefetch(v->vms[j + 4]->vcpus);
 			if (vm->r)
 				err = items_add(w, vm->r, wv, (int32_t)j, -1);
 			for (size_t k = 0; k < vm->nvcpus && !err; k++)
-				err = items_add(w, vm->vcpus[k].r, wv, (int32_t)j,
-						vm->vcpus[k].index);
+				err = items_add(w, vm->vcpus[k].r, wv,
+						(int32_t)j, vm->vcpus[k].index);
 		}
 	}
+	if (!err)
+		err = scratch_fit(w);
+	if (err)
+		return err;
+	w->valid = true;
+	w->host = h;
+	w->host_gen = h->gen;
+	w->choose = choose;
+	w->arg = arg;
+	return 0;
+}
+
+/* The list for this sample: kept, or its targets forgotten (the writer
+ * freed some), or made again (the host changed). */
+static int items_get(struct kvmstats_log_writer *lw, struct kvmstats_host *h,
+		     kvmstats_log_choose_fn choose, void *arg)
+{
+	struct lw_sweep *w = lw_sweep(lw);
+	int err = 0;
+
+	if (!w->valid || w->host != h || w->host_gen != h->gen ||
+	    w->choose != choose || w->arg != arg)
+		err = items_build(w, h, choose, arg);
+	else if (w->freed == lw_freed(lw))
+		return 0;
+	for (size_t i = 0; i < w->nitems; i++)
+		w->items[i].wt = NULL;
+	w->freed = lw_freed(lw);
 	return err;
 }
 
-/* One fd target: pread into the scratch buffer, delta against the
- * writer's own copy. */
-static int read_add(struct kvmstats_log_writer *lw, const struct kvmstats_log_target *t,
-		    struct kvmstats_reader *r, int fd)
+/* The target of @it, the first time it is written after the list was
+ * made: its strings are read from the VMM and the reader once. */
+static struct wtarget *item_target(struct kvmstats_log_writer *w,
+				   struct lw_sweep_item *it)
 {
-	struct kvmstats_schema *s = kvmstats_reader__schema(r);
-	struct lw_sweep *w = lw_sweep(lw);
+	const struct kvmstats_vmm *v = it->v;
+	struct kvmstats_log_target t = {
+		.pid = v->pid,
+		.uid = v->uid,
+		.name = v->name,
+		.source = kvmstats_vmm__source(v),
+		.vm = it->vm,
+		.vcpu = it->vcpu,
+		.id = kvmstats_reader__id(it->r),
+	};
+
+	it->wt = lw_target(w, &t, kvmstats_reader__schema(it->r));
+	return it->wt;
+}
+
+/* A reader that is not an fd (attach, QMP, ...): swept and added as
+ * write_host() does. */
+static int sweep_reader(struct kvmstats_log_writer *w,
+			const struct lw_sweep_item *it, uint64_t time_ns)
+{
+	const struct kvmstats_vmm *v = it->v;
+	struct kvmstats_log_target t = {
+		.pid = v->pid,
+		.uid = v->uid,
+		.name = v->name,
+		.source = kvmstats_vmm__source(v),
+		.vm = it->vm,
+		.vcpu = it->vcpu,
+	};
+
+	kvmstats_reader__sweep(it->r, time_ns);
+	return lw_add_reader(w, &t, it->r);
+}
+
+/* An fd: one pread into the scratch buffer, its delta taken at once
+ * against the writer's own copy. */
+static int sweep_fd(struct kvmstats_log_writer *w, struct lw_sweep_item *it,
+		    uint64_t *scratch)
+{
+	struct wtarget *wt = it->wt ? it->wt : item_target(w, it);
 	ssize_t n;
 	int err;
 
-	if (s->data_size > w->scratch_size) {
-		/* Only when a larger schema comes: kept for the next ones.
-		 * Page-aligned: a block of a vCPU (1.1 KiB) is one page. */
-		size_t size = (s->data_size + 4095) & ~(size_t)4095;
-		void *p = aligned_alloc(4096, size);
-
-		if (!p)
-			return -ENOMEM;
-		free(w->scratch);
-		w->scratch = p;
-		w->scratch_size = s->data_size;
-	}
-	n = pread(fd, w->scratch, s->data_size, (off_t)s->hdr.data_offset);
-	err = n == (ssize_t)s->data_size ? 0 : n < 0 ? -errno : -ENODATA;
-	return lw_add(lw, t, s, err ? NULL : w->scratch, err);
+	if (!wt)
+		return -errno;
+	n = pread(it->fd, scratch, it->size, it->offset);
+	err = n == (ssize_t)it->size ? 0 : n < 0 ? -errno : -ENODATA;
+	return lw_add_target(w, wt, err ? NULL : scratch, err);
 }
 
-static int sweep_one(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
-		     const struct lw_sweep_item *it, uint64_t time_ns)
+static void prefetch(const struct lw_sweep *sw, size_t i)
 {
-	int fd = kvmstats_reader__fd(it->r);
+	const struct lw_sweep_item *it;
 
-	t->vm = it->vm;
-	t->vcpu = it->vcpu;
-	t->id = kvmstats_reader__id(it->r);
-	if (fd >= 0)
-		return read_add(w, t, it->r, fd);
-	kvmstats_reader__sweep(it->r, time_ns);
-	return lw_add_reader(w, t, it->r);
+	if (i + PF_READER < sw->nitems && sw->items[i + PF_READER].fd < 0)
+		ks_reader_prefetch(sw->items[i + PF_READER].r, 0);
+	if (i + PF_TARGET < sw->nitems && sw->items[i + PF_TARGET].wt)
+		lw_prefetch_target(sw->items[i + PF_TARGET].wt, 0, false);
+	it = i + PF_BASE < sw->nitems ? &sw->items[i + PF_BASE] : NULL;
+	if (it && it->wt)
+		lw_prefetch_target(it->wt, it->size, true);
 }
 
-static void sweep_items(struct kvmstats_log_writer *w, uint64_t time_ns)
+static void sweep_items(struct kvmstats_log_writer *w, uint64_t time_ns,
+			bool write)
 {
-	const struct lw_sweep *sw = lw_sweep(w);
-	struct kvmstats_log_target t = { 0 };
-	const struct kvmstats_vmm *last = NULL;
+	struct lw_sweep *sw = lw_sweep(w);
 	int err;
 
-	for (size_t i = 0; i < sw->nitems && i < PF_READER; i++)
-		ks_reader_prefetch(sw->items[i].r, 0);
 	for (size_t i = 0; i < sw->nitems; i++) {
-		const struct lw_sweep_item *it = &sw->items[i];
+		struct lw_sweep_item *it = &sw->items[i];
 
-		if (i + PF_READER < sw->nitems)
-			ks_reader_prefetch(sw->items[i + PF_READER].r, 0);
-		lw_prefetch_target(w, PF_TARGET, false);
-		lw_prefetch_target(w, PF_BASE, true);
-		if (!it->v) {
+		prefetch(sw, i);
+		if (!write || !it->v) {
 			kvmstats_reader__sweep(it->r, time_ns);
 			continue;
 		}
-		if (it->v != last) {
-			last = it->v;
-			t = (struct kvmstats_log_target){
-				.pid = last->pid, .uid = last->uid, .name = last->name,
-				.source = kvmstats_vmm__source(last),
-			};
-		}
-		err = sweep_one(w, &t, it, time_ns);
+		err = it->fd >= 0 ? sweep_fd(w, it, sw->scratch)
+				  : sweep_reader(w, it, time_ns);
 		if (err && err != -EEXIST)
 			ks_log(lw_ctx(w), KVMSTATS_LOG_WARN,
-			       "%s: pid %d: %s: left out of this sample", lw_path(w),
-			       (int)t.pid, strerror(-err));
+			       "%s: pid %d: %s: left out of this sample",
+			       lw_path(w), (int)it->v->pid, strerror(-err));
 	}
 }
 
@@ -163,24 +247,19 @@ int kvmstats_log_writer__sweep_host(struct kvmstats_log_writer *w,
 				    struct kvmstats_host *h,
 				    kvmstats_log_choose_fn choose, void *arg)
 {
-	struct lw_sweep *sw = lw_sweep(w);
 	int err;
 
 	ks_host_drop_dead(h);
 	h->time_ns = ks_now_ns();
-	err = items_build(sw, h, choose, arg);
+	err = items_get(w, h, choose, arg);
 	if (err) {
 		/* Out of memory: the two passes, which need no list. */
 		kvmstats_host__sweep(h);
 		return kvmstats_log_writer__write_host(w, h);
 	}
 	err = kvmstats_log_writer__begin(w, h->time_ns, 0);
-	if (err) {
-		/* Not written: every reader is read all the same. */
-		for (size_t i = 0; i < sw->nitems; i++)
-			sw->items[i].v = NULL;
-	}
-	sweep_items(w, h->time_ns);
+	/* Not written when it cannot begin: every reader is read all the
+	 * same. */
+	sweep_items(w, h->time_ns, !err);
 	return err ? err : kvmstats_log_writer__commit(w);
 }
-

@@ -84,6 +84,7 @@ struct kvmstats_log_writer {
 	size_t nseen;			/* targets added to this sample */
 	bool dirty;			/* records to write before the sample */
 	uint32_t next_tid;
+	uint64_t freed;			/* moves when a target is freed */
 
 	struct lw_sweep sweep;		/* sweep_host()'s (log_sweep.c) */
 
@@ -182,6 +183,14 @@ static void target_free(struct wtarget *wt)
 	free((char *)wt->t.id);
 	free((char *)wt->t.source);
 	free(wt);
+}
+
+/* Free a target of the list: pointers to targets kept elsewhere
+ * (sweep_host()'s list) are stale from now on. */
+static void target_drop(struct kvmstats_log_writer *w, struct wtarget *wt)
+{
+	target_free(wt);
+	w->freed++;
 }
 
 static int schema_index(struct kvmstats_log_writer *w, struct kvmstats_schema *s)
@@ -290,7 +299,7 @@ static void file_forget(struct kvmstats_log_writer *w, enum begin_reason why)
 
 		/* A target gone before the new file began is not in it. */
 		if (wt->gone) {
-			target_free(wt);
+			target_drop(w, wt);
 			continue;
 		}
 		wt->emitted = false;
@@ -539,7 +548,8 @@ static int put_key(struct wtarget *wt, const void *data, unsigned char *p,
 	memcpy(p, data, wt->data_size);
 	memset(p + wt->data_size, 0, pad8(wt->data_size) - wt->data_size);
 	wt->since_key = 1;
-	if (cur || !wt->words)
+	/* base is there whenever words is (wtarget_alloc()). */
+	if (cur || !wt->words || !wt->base)
 		return 0;
 	memcpy(wt->base, data, wt->data_size);
 	wt->base_own = true;
@@ -598,6 +608,37 @@ static int add_entry(struct kvmstats_log_writer *w, struct wtarget *wt,
 	return 0;
 }
 
+/* The target of @t, found or made. */
+static struct wtarget *target_get(struct kvmstats_log_writer *w,
+				  const struct kvmstats_log_target *t,
+				  struct kvmstats_schema *schema)
+{
+	struct wtarget *wt;
+
+	/* Targets come in the same order every sample: try the one after
+	 * the last before hashing. */
+	wt = w->cursor < w->ntargets ? w->targets[w->cursor] : NULL;
+	if (!wt || wt->gone || !target_same(wt, t, schema))
+		wt = target_find(w, t, schema);
+	return wt ? wt : target_new(w, t, schema);
+}
+
+/* Mark @wt seen and add its entry. */
+static int add_to(struct kvmstats_log_writer *w, struct wtarget *wt,
+		  const void *data, const uint64_t *missing, int error,
+		  const struct kvmstats_sample *cur,
+		  const struct kvmstats_sample *prev)
+{
+	if (wt->seen == w->seq)
+		return -EEXIST;
+	wt->seen = w->seq;
+	w->nseen++;
+	w->cursor = wt->index + 1;
+	if (w->skip)
+		return 0;
+	return add_entry(w, wt, data, missing, error, cur, prev);
+}
+
 /* Find or make the target, mark it seen, and add its entry. */
 static int add_one(struct kvmstats_log_writer *w,
 		   const struct kvmstats_log_target *t,
@@ -610,24 +651,10 @@ static int add_one(struct kvmstats_log_writer *w,
 
 	if (!w->in_sample || !t || !schema)
 		return -EINVAL;
-	/* Targets come in the same order every sample: try the one after
-	 * the last before hashing. */
-	wt = w->cursor < w->ntargets ? w->targets[w->cursor] : NULL;
-	if (!wt || wt->gone || !target_same(wt, t, schema))
-		wt = target_find(w, t, schema);
-	if (!wt) {
-		wt = target_new(w, t, schema);
-		if (!wt)
-			return -errno;
-	}
-	if (wt->seen == w->seq)
-		return -EEXIST;
-	wt->seen = w->seq;
-	w->nseen++;
-	w->cursor = wt->index + 1;
-	if (w->skip)
-		return 0;
-	return add_entry(w, wt, data, missing, error, cur, prev);
+	wt = target_get(w, t, schema);
+	if (!wt)
+		return -errno;
+	return add_to(w, wt, data, missing, error, cur, prev);
 }
 
 int kvmstats_log_writer__add(struct kvmstats_log_writer *w,
@@ -815,7 +842,7 @@ static void sweep_gone(struct kvmstats_log_writer *w)
 			changed = true;
 		}
 		if (wt->gone && !wt->emitted) {
-			target_free(wt);
+			target_drop(w, wt);
 			continue;
 		}
 		w->targets[j++] = wt;
@@ -844,7 +871,7 @@ static void commit_done(struct kvmstats_log_writer *w, size_t total)
 		struct wtarget *wt = w->targets[i];
 
 		if (wt->gone) {
-			target_free(wt);
+			target_drop(w, wt);
 			continue;
 		}
 		wt->emitted = true;
@@ -917,38 +944,51 @@ int kvmstats_log_writer__write_host(struct kvmstats_log_writer *w,
 
 /* ---- for log_sweep.c (log_writer_int.h) ---- */
 
-int lw_add(struct kvmstats_log_writer *w, const struct kvmstats_log_target *t,
-	   struct kvmstats_schema *schema, const void *data, int error)
-{
-	return add_one(w, t, schema, data, NULL, error, NULL, NULL);
-}
-
 int lw_add_reader(struct kvmstats_log_writer *w, struct kvmstats_log_target *t,
 		  struct kvmstats_reader *r)
 {
 	return add_reader(w, t, r);
 }
 
-/* The writer's target @ahead entries after the cursor (in steady state
- * the one that many readers ahead finds): its struct, or its copy of
- * the block last written. */
-void lw_prefetch_target(const struct kvmstats_log_writer *w, size_t ahead,
-			bool block)
+struct wtarget *lw_target(struct kvmstats_log_writer *w,
+			  const struct kvmstats_log_target *t,
+			  struct kvmstats_schema *schema)
 {
-	size_t at = w->cursor + ahead;
-	const struct wtarget *wt;
+	if (!w->in_sample || !t || !schema) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return target_get(w, t, schema);
+}
 
-	if (at >= w->ntargets)
-		return;
-	wt = w->targets[at];
+int lw_add_target(struct kvmstats_log_writer *w, struct wtarget *wt,
+		  const void *data, int error)
+{
+	return add_to(w, wt, data, NULL, error, NULL, NULL);
+}
+
+uint64_t lw_freed(const struct kvmstats_log_writer *w)
+{
+	return w->freed;
+}
+
+/* @wt's struct and, in the same allocation, its copy of the block last
+ * written: known from the address alone (wtarget_alloc()), without
+ * waiting for the struct. */
+void lw_prefetch_target(const struct wtarget *wt, size_t data_size, bool block)
+{
+	size_t head = (sizeof(struct wtarget) + 63) & ~(size_t)63;
+	const char *p = (const char *)wt;
+
 	if (!block) {
 		for (size_t i = 0; i < sizeof(*wt); i += 64)
-			__builtin_prefetch((const char *)wt + i, 1);
+			__builtin_prefetch(p + i, 1);
 		return;
 	}
-	if (wt->base_own)
-		for (size_t i = 0; i < wt->data_size; i += 64)
-			__builtin_prefetch((const char *)wt->base + i, 1);
+	if (data_size % 8)
+		return;
+	for (size_t i = 0; i < data_size; i += 64)
+		__builtin_prefetch(p + head + i, 1);
 }
 
 struct lw_sweep *lw_sweep(struct kvmstats_log_writer *w)

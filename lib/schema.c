@@ -90,8 +90,19 @@ struct kvmstats_ctx *kvmstats_ctx__new(const struct kvmstats_ctx_opts *opts)
 		return NULL;
 	ctx->log = o.log;
 	ctx->log_arg = o.log_arg;
-	pthread_mutex_init(&ctx->lock, NULL);
+	ks_mutex_init_pi(&ctx->lock);
 	return ctx;
+}
+
+void ks_mutex_init_pi(pthread_mutex_t *mu)
+{
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	if (pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT) ||
+	    pthread_mutex_init(mu, &a))
+		pthread_mutex_init(mu, NULL);
+	pthread_mutexattr_destroy(&a);
 }
 
 void ks_ctx_lock(struct kvmstats_ctx *ctx)

@@ -666,7 +666,7 @@ static struct lv_state *lv_new(const struct ks_source_args *a, pid_t pid)
 	if (!st)
 		return NULL;
 	atomic_init(&st->refs, 1);
-	pthread_mutex_init(&st->lock, NULL);
+	ks_mutex_init_pi(&st->lock);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&st->cond, &ca);

@@ -629,7 +629,7 @@ static struct qmp_vmm *qmp_vmm_new(pid_t pid, unsigned int timeout_ms,
 		free(m);
 		return NULL;
 	}
-	pthread_mutex_init(&m->lock, NULL);
+	ks_mutex_init_pi(&m->lock);
 	pthread_cond_init(&m->cond, NULL);
 	return m;
 }

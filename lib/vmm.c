@@ -58,6 +58,7 @@ struct kvmstats_vm *kvmstats_vmm__add_vm(struct kvmstats_vmm *v,
 	vm->remote_fd = -1;
 	vm->vm_fd = -1;
 	v->vms[v->nvms++] = vm;
+	ks_host_changed(v->host);
 	return vm;
 }
 
@@ -77,6 +78,7 @@ int ks_vm_add_vcpu(struct kvmstats_vm *vm, int index, int remote_fd,
 	}
 	vm->vcpus[vm->nvcpus++] = (struct ks_vcpu_slot){
 		.index = index, .remote_fd = remote_fd, .r = r };
+	ks_host_changed(vm->vmm ? vm->vmm->host : NULL);
 	return 0;
 }
 
