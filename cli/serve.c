@@ -27,7 +27,10 @@
  * With --plan-interval, a thread of its own runs the migration planner
  * (kvmstats plan's library) over the exported VMMs every interval and
  * publishes the figures; a scrape only copies the last published ones
- * (see "the migration planner" below).
+ * (see "the migration planner" below). With --follow-interval (on with
+ * the planner unless 0), another polls each VMM's migration status and
+ * publishes each VM's last migration beside its prediction
+ * (serve_follow.c).
  *
  * After start-up the process keeps only the capabilities reading other
  * processes' stats fds needs, and the planner's when it is on (see
@@ -77,6 +80,7 @@ enum {
 	OPT_PLAN_RATE,
 	OPT_PLAN_BANDWIDTH,
 	OPT_PLAN_DOWNTIME,
+	OPT_FOLLOW_INTERVAL,
 };
 
 /* ---- start-up ------------------------------------------------------------------ */
@@ -571,6 +575,9 @@ static int serve_opt(struct cli *cli, void *ctx, int key, const char *arg)
 				&o->max_conn_ip);
 	case OPT_TIMEOUT:
 		return set_uint(cli, "--timeout", arg, 1, 3600, &o->timeout_s);
+	case OPT_FOLLOW_INTERVAL:
+		o->follow_given = true;
+		return set_uint(cli, "--follow-interval", arg, 0, 86400, &o->follow_s);
 	}
 	return 0;
 }
@@ -585,6 +592,9 @@ static int serve_check(struct cli *cli, void *ctx)
 	if (sa->o->plan.given && !sa->o->plan.interval_s)
 		return cli_bad(cli, "the --plan-* options need --plan-interval "
 			       "SECONDS");
+	/* The planner's predictions are scored by default. */
+	if (!sa->o->follow_given && sa->o->plan.interval_s)
+		sa->o->follow_s = 1;
 	return target_args_check(cli, sa->a, false);
 }
 
@@ -628,6 +638,10 @@ static const struct cli_opt serve_opts[] = {
 	  "QEMU's, else 128M", "migration bandwidth (suffix K, M or G)" },
 	{ "plan-downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of the model" },
+	{ "follow-interval", OPT_FOLLOW_INTERVAL, 0, "SECONDS",
+	  "1 with --plan-interval, else 0: off",
+	  "poll each VMM's migration (query-migrate) this often and export "
+	  "the last one's figures beside the plan's" },
 	CLI_OPTS_TARGET,
 	{ 0 },
 };
@@ -638,7 +652,9 @@ static const struct cli_spec serve_spec = {
 	.about = "A Prometheus exporter of every VM's KVM stats: GET /metrics "
 		 "in the text format,\nor OpenMetrics when asked; TLS and "
 		 "basic auth from --web-config.\nWith --plan-interval, the "
-		 "migration planner's figures too.",
+		 "migration planner's figures too; with --follow-interval,\n"
+		 "each VM's last migration as QEMU counted it beside the "
+		 "prediction.",
 	.opts = serve_opts,
 	.opt = serve_opt,
 	.check = serve_check,
@@ -646,7 +662,9 @@ static const struct cli_spec serve_spec = {
 
 static void server_free(struct server *s)
 {
-	/* First: the planner takes the scrape lock and reads the host. */
+	/* First: the follower takes the scrape lock and the planner's. */
+	follower_free(&s->follow);
+	/* Then the planner: it takes the scrape lock and reads the host. */
 	planner_free(&s->plan);
 	if (s->d)
 		MHD_stop_daemon(s->d);
@@ -719,7 +737,8 @@ static int run(struct server *s)
 	collect(s);
 	/* Counted now: once serving, the host is the scrapes' (under the lock). */
 	nvmms = kvmstats_host__num_vmms(s->host);
-	if (guard_start(s) || start_http(s) || planner_start(s))
+	if (guard_start(s) || start_http(s) || planner_start(s) ||
+	    follower_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
 		fprintf(stderr, "%s: %s: serving %s://%s%s (%zu VMMs)\n",
@@ -750,6 +769,7 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		return EXIT_FAIL;
 	pthread_mutex_init(&s.lock, NULL);
 	planner_init(&s.plan);
+	follower_init(&s.follow);
 	guard_init(&s.guard);
 	ret = cli_parse(cli, &serve_spec, &sa, argc, argv);
 	if (ret == CLI_PARSED)
