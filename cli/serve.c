@@ -80,6 +80,8 @@ enum {
 	OPT_PLAN_RATE,
 	OPT_PLAN_BANDWIDTH,
 	OPT_PLAN_DOWNTIME,
+	OPT_DRAIN_LINK,
+	OPT_PARALLEL_MIGRATIONS,
 	OPT_FOLLOW_INTERVAL,
 };
 
@@ -434,7 +436,8 @@ static int parse_num(const struct cli *cli, const char *opt, const char *arg,
 }
 
 /* BYTES/S with an optional K, M or G (powers of 1024), as plan takes it. */
-static int parse_bandwidth(const struct cli *cli, const char *arg, double *out)
+static int parse_bandwidth(const struct cli *cli, const char *opt, const char *arg,
+			   double *out)
 {
 	static const char units[] = "KMG";
 	const char *u;
@@ -452,8 +455,7 @@ static int parse_bandwidth(const struct cli *cli, const char *arg, double *out)
 	if (!strcmp(end, "/s"))
 		end += 2;
 	if (errno || end == arg || *end || !isfinite(v) || v <= 0) {
-		cli_err(cli, "--plan-bandwidth: '%s' is not a rate in bytes/s (e.g. 1G)",
-			arg);
+		cli_err(cli, "%s: '%s' is not a rate in bytes/s (e.g. 1G)", opt, arg);
 		return -1;
 	}
 	*out = v;
@@ -467,7 +469,7 @@ static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
 	int m;
 
 	/* The options after --plan-interval in the enum tune the planner. */
-	if (c > OPT_PLAN_INTERVAL && c <= OPT_PLAN_DOWNTIME)
+	if (c > OPT_PLAN_INTERVAL && c <= OPT_PARALLEL_MIGRATIONS)
 		p->given = true;
 	switch (c) {
 	case OPT_PLAN_INTERVAL:
@@ -495,10 +497,17 @@ static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
 		p->rate *= 1048576;
 		return 1;
 	case OPT_PLAN_BANDWIDTH:
-		return parse_bandwidth(cli, arg, &p->bandwidth) ? -1 : 1;
+		return parse_bandwidth(cli, "--plan-bandwidth", arg, &p->bandwidth) ? -1 : 1;
 	case OPT_PLAN_DOWNTIME:
 		return parse_num(cli, "--plan-downtime", arg, 1, 3600000,
 				 &p->downtime_ms) ? -1 : 1;
+	case OPT_DRAIN_LINK:
+		return parse_bandwidth(cli, "--drain-link", arg, &p->drain_link) ? -1 : 1;
+	case OPT_PARALLEL_MIGRATIONS:
+		v = cli_parse_long(cli, "--parallel-migrations", arg, 1, 64);
+		p->parallel = (uint32_t)v;
+		p->parallel_given = true;
+		return v < 0 ? -1 : 1;
 	}
 	return 0;
 }
@@ -592,6 +601,8 @@ static int serve_check(struct cli *cli, void *ctx)
 	if (sa->o->plan.given && !sa->o->plan.interval_s)
 		return cli_bad(cli, "the --plan-* options need --plan-interval "
 			       "SECONDS");
+	if (sa->o->plan.parallel_given && !sa->o->plan.drain_link)
+		return cli_bad(cli, "--parallel-migrations needs --drain-link BYTES/S");
 	/* The planner's predictions are scored by default. */
 	if (!sa->o->follow_given && sa->o->plan.interval_s)
 		sa->o->follow_s = 1;
@@ -638,6 +649,10 @@ static const struct cli_opt serve_opts[] = {
 	  "QEMU's, else 128M", "migration bandwidth (suffix K, M or G)" },
 	{ "plan-downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of the model" },
+	{ "drain-link", OPT_DRAIN_LINK, 0, "BYTES/S", "none: no drain",
+	  "schedule the host's drain through this link each round and export it" },
+	{ "parallel-migrations", OPT_PARALLEL_MIGRATIONS, 0, "N", "2",
+	  "the drain's migrations at a time" },
 	{ "follow-interval", OPT_FOLLOW_INTERVAL, 0, "SECONDS",
 	  "1 with --plan-interval, else 0: off",
 	  "poll each VMM's migration (query-migrate) this often and export "
@@ -685,6 +700,7 @@ static void server_free(struct server *s)
 		web_config_free(&s->web);
 	free(s->landing);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->qmp_lock);
 }
 
 static int run(struct server *s)
@@ -760,7 +776,8 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		.o = { .listen = "127.0.0.1:9938", .path = "/metrics",
 		       .refresh_s = 5, .gzip_level = 1, .max_conn = 64,
 		       .max_conn_ip = 16, .timeout_s = 10,
-		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1 } },
+		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1,
+				 .parallel = 2 } },
 	};
 	struct serve_args sa = { .o = &s.o, .a = &a };
 	int ret;
@@ -768,6 +785,7 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
 	pthread_mutex_init(&s.lock, NULL);
+	pthread_mutex_init(&s.qmp_lock, NULL);
 	planner_init(&s.plan);
 	follower_init(&s.follow);
 	guard_init(&s.guard);

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "kvmstats_drain.h"
 #include "kvmstats_mem.h"
 #include "prom.h"
 #include "webconfig.h"
@@ -39,6 +40,9 @@ struct plan_cfg {
 	double rate;			/* scan's read budget, bytes/s; 0: none */
 	double bandwidth;		/* bytes/s; 0: QEMU's or default */
 	double downtime_ms;		/* 0: QEMU's or default */
+	double drain_link;		/* bytes/s; 0: no drain schedule */
+	uint32_t parallel;		/* the drain's migrations at a time */
+	bool parallel_given;
 	bool given;			/* a --plan-* option other than the interval */
 };
 
@@ -192,6 +196,10 @@ struct server {
 	char *landing;
 	struct planner plan;
 	struct follower follow;
+	/* The planner's and the follower's QMP exchanges, one at a time:
+	 * QEMU serves one client per monitor, and a planner that finds it
+	 * busy plans with QEMU's default settings. Taken alone. */
+	pthread_mutex_t qmp_lock;
 	struct guard guard;
 };
 
@@ -231,6 +239,13 @@ void plan_metrics(struct server *s, struct prom_buf *b, enum prom_format f);
  * false when there is none (no planner, no such round, not planned). */
 bool plan_prediction(struct server *s, pid_t pid, uint64_t before,
 		     struct plan_pred *out);
+
+/* serve_drain.c: the drain of the round's @n predicted plans
+ * (--drain-link), NULL when none; its gauges. */
+struct kvmstats_drain *serve_drain(const struct plan_cfg *c,
+				   struct kvmstats_plan *const *plans, size_t n);
+void render_drain(struct prom_buf *b, enum prom_format f,
+		  const struct kvmstats_drain *d);
 
 /* serve_follow.c */
 void follower_init(struct follower *fl);

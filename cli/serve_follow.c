@@ -499,8 +499,12 @@ static void vm_poll(struct server *s, struct follow_vm *v)
 {
 	struct kvmstats_migration m;
 	char why[512] = "";
-	int e = kvmstats_follow__poll(v->f, &m, why, sizeof(why));
 	bool ended;
+	int e;
+
+	pthread_mutex_lock(&s->qmp_lock);
+	e = kvmstats_follow__poll(v->f, &m, why, sizeof(why));
+	pthread_mutex_unlock(&s->qmp_lock);
 
 	if (e) {
 		vm_failed(s, v, e, why);

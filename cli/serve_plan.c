@@ -277,9 +277,11 @@ static void plan_open(struct server *s, struct plan_row *row)
 		.ram = &ro, .scan = &so,
 	};
 
+	pthread_mutex_lock(&s->qmp_lock);	/* its RAM blocks and settings */
 	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
+	row->err = row->p ? 0 : -errno;
+	pthread_mutex_unlock(&s->qmp_lock);
 	if (!row->p) {
-		row->err = -errno;
 		if (!row->error[0])
 			snprintf(row->error, sizeof(row->error), "pid %d: %s",
 				 (int)row->pid, strerror(-row->err));
@@ -442,21 +444,32 @@ static void plan_publish(struct server *s, const struct plan_row *rows, size_t n
 {
 	struct planner *pl = &s->plan;
 	const struct kvmstats_plan_vm **ok = calloc(n + 1, sizeof(*ok));
+	struct kvmstats_plan **plans = calloc(n + 1, sizeof(*plans));
+	struct kvmstats_drain *drain;
 	struct plan_pred *preds;
 	size_t nok = 0;
 
-	if (!ok) {
+	if (!ok || !plans) {
 		cli_warn(s->cli, "planner: out of memory");
+		free(ok);
+		free(plans);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (plan_ok(&rows[i]) && kvmstats_plan__result(rows[i].p)->predicted)
-			ok[nok++] = kvmstats_plan__result(rows[i].p);
+			plans[nok++] = rows[i].p;
+	drain = s->o.plan.drain_link > 0 ? serve_drain(&s->o.plan, plans, nok) : NULL;
+	for (size_t i = 0; i < nok; i++)
+		ok[i] = kvmstats_plan__result(plans[i]);
 	qsort(ok, nok, sizeof(*ok), cmp_planned);
-	render_plan(&pl->next[PROM_TEXT], PROM_TEXT, ok, nok);
-	render_plan(&pl->next[PROM_OPENMETRICS], PROM_OPENMETRICS, ok, nok);
+	for (int f = 0; f < 2; f++) {
+		render_plan(&pl->next[f], (enum prom_format)f, ok, nok);
+		render_drain(&pl->next[f], (enum prom_format)f, drain);
+	}
+	kvmstats_drain__free(drain);
 	preds = plan_preds(ok, nok);
 	free(ok);
+	free(plans);
 	if (pl->next[PROM_TEXT].failed || pl->next[PROM_OPENMETRICS].failed) {
 		cli_warn(s->cli, "planner: out of memory");
 		free(preds);

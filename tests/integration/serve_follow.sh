@@ -8,14 +8,18 @@
 # own query-migrate (total-time, ram.transferred). Then serve's scrape
 # must say, for that VM: the same seconds and bytes (within 1%), the
 # prediction of the plan gauges scraped before the migration (the guests
-# are idle and their dirty rate is not measured: every round predicts the
-# same), the error
+# are idle, their dirty rate is not measured and the model's bandwidth and
+# downtime are given, not read from a monitor that may be busy: every
+# round predicts the same), the error
 # the test computes from that prediction and QEMU's figures, (real -
 # predicted) / real (within 1%), status "completed", a followed counter
 # of 1; for the other VM no last-migration series at all (unknown is
 # left out, never 0); and `promtool check metrics` passes on the text
 # and the OpenMetrics scrapes. Also: --follow-interval 0 turns it off,
-# and a bad value is a usage error.
+# and a bad value is a usage error. With --drain-link 32M and
+# --parallel-migrations 2 the plan's scrape holds the drain's schedule:
+# each VM's scheduled end, the predicted total equal to the last of them,
+# and promtool passes on it.
 # In the lab (slow > 1) the guests are smaller.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
@@ -38,6 +42,8 @@ fi
 
 "$KVMSTATS" serve --follow-interval soon >/dev/null 2>&1
 check "a --follow-interval that is not a number is a usage error (exit 2)" [ $? = 2 ]
+"$KVMSTATS" serve --plan-interval 1 --parallel-migrations 2 >/dev/null 2>&1
+check "--parallel-migrations without --drain-link is a usage error (exit 2)" [ $? = 2 ]
 
 # gauge FILE NAME LABELS: the value of NAME{LABELS...} in a scrape.
 gauge() {
@@ -72,7 +78,8 @@ kill -TERM "$SERVE_PID"
 wait "$SERVE_PID"
 
 start_serve main --pid "$A" --pid "$B" --plan-interval 3 --plan-method scan \
-	--plan-dirty-interval 0 ||
+	--plan-dirty-interval 0 --plan-bandwidth 32M --plan-downtime 300 \
+	--drain-link 32M --parallel-migrations 2 ||
 	{ fail "serve_follow: serve did not start"; exit 0; }
 
 # The plan's round and the follower's first polls, before any migration.
@@ -89,6 +96,14 @@ check "the plan and the follower (on by default with the planner) see both VMs" 
 [ $got = 1 ] || sed 's/^/# serve: /' "$TMP/main.err"
 psec=$(gauge "$TMP/before.txt" kvmstats_plan_predicted_seconds "pid=\"$A\",")
 pbytes=$(gauge "$TMP/before.txt" kvmstats_plan_predicted_transfer_bytes "pid=\"$A\",")
+# The drain's gauges: its total is its last VM's scheduled end.
+total=$(awk '/^kvmstats_drain_predicted_seconds / { print $2 }' "$TMP/before.txt")
+last=$(awk '/^kvmstats_drain_scheduled_end_seconds\{/ { if ($2 > m) m = $2 } END { print m }' "$TMP/before.txt")
+ends=$(grep -c '^kvmstats_drain_scheduled_end_seconds{' "$TMP/before.txt")
+echo "# drain: total ${total:-none} s, last end ${last:-none} s, $ends VMs scheduled"
+check "--drain-link: each VM's scheduled end ($ends), the total (${total:-none} s) is the last one (${last:-none} s)" \
+	bash -c "[ '$ends' = 2 ] && awk -v t='$total' -v l='$last' 'BEGIN { d = t - l; exit !(t > 0 && (d < 0 ? -d : d) <= t / 100) }'"
+check "promtool check metrics passes with the plan's and the drain's gauges" promtool check metrics <"$TMP/before.txt"
 check "no migration yet: running 0, followed 0, no last-migration series" bash -c "
 	grep -q '^kvmstats_migration_running{pid=\"$A\",name=\"vm0\"} 0$' '$TMP/before.txt' &&
 	grep -q '^kvmstats_migrations_followed_total 0$' '$TMP/before.txt' &&
