@@ -153,23 +153,21 @@ static void plan_all(const struct drain_args *a, struct drain_vm *vms, size_t n)
 
 /* ---- the drain's input ---- */
 
-/* The per-VM model's inputs from a plan. The time the plan adds beyond
- * the legacy pre-copy's bytes at its bandwidth (setup and switch-over)
- * is kept as setup_s. */
-static int drain_input(struct drain_vm *v, struct kvmstats_drain_vm *out)
+int drain_input_of(struct kvmstats_plan *p, const char *name,
+		   struct kvmstats_drain_vm *out)
 {
-	const struct kvmstats_plan_vm *r = v->res;
-	const struct kvmstats_ram *ram = kvmstats_plan__ram(v->p);
+	const struct kvmstats_plan_vm *r = kvmstats_plan__result(p);
+	const struct kvmstats_ram *ram = kvmstats_plan__ram(p);
 	const struct kvmstats_estimate *e = &r->est[r->method];
-	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(v->p);
+	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(p);
 	struct kvmstats_migrate_prediction legacy;
 	uint64_t names = 0;
 
 	for (size_t i = 0; i < kvmstats_ram__count(ram); i++)
 		names += strlen(kvmstats_ram__region(ram, i)->name);
 	memset(out, 0, sizeof(*out));
-	out->pid = v->pid;
-	out->name = v->name;
+	out->pid = r->pid;
+	out->name = name;
 	out->memory_bytes = r->memory_bytes;
 	out->model = (struct kvmstats_migrate_input){
 		.sz = sizeof(out->model), .zero_pages = e->zero_pages,
@@ -226,7 +224,7 @@ static struct kvmstats_drain *schedule(const struct drain_args *a, struct drain_
 	for (size_t i = 0; i < n; i++) {
 		if (!vms[i].p || vms[i].res->error || !vms[i].res->predicted)
 			continue;
-		if (!drain_input(&vms[i], &in[k]))
+		if (!drain_input_of(vms[i].p, vms[i].name, &in[k]))
 			vms[i].input = (int)k++;
 	}
 	*nin = k;

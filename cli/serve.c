@@ -27,7 +27,10 @@
  * With --plan-interval, a thread of its own runs the migration planner
  * (kvmstats plan's library) over the exported VMMs every interval and
  * publishes the figures; a scrape only copies the last published ones
- * (see "the migration planner" below).
+ * (see "the migration planner" below). With --follow-interval (on with
+ * the planner unless 0), another polls each VMM's migration status and
+ * publishes each VM's last migration beside its prediction
+ * (serve_follow.c).
  *
  * After start-up the process keeps only the capabilities reading other
  * processes' stats fds needs, and the planner's when it is on (see
@@ -77,6 +80,9 @@ enum {
 	OPT_PLAN_RATE,
 	OPT_PLAN_BANDWIDTH,
 	OPT_PLAN_DOWNTIME,
+	OPT_DRAIN_LINK,
+	OPT_PARALLEL_MIGRATIONS,
+	OPT_FOLLOW_INTERVAL,
 };
 
 /* ---- start-up ------------------------------------------------------------------ */
@@ -430,7 +436,8 @@ static int parse_num(const struct cli *cli, const char *opt, const char *arg,
 }
 
 /* BYTES/S with an optional K, M or G (powers of 1024), as plan takes it. */
-static int parse_bandwidth(const struct cli *cli, const char *arg, double *out)
+static int parse_bandwidth(const struct cli *cli, const char *opt, const char *arg,
+			   double *out)
 {
 	static const char units[] = "KMG";
 	const char *u;
@@ -448,8 +455,7 @@ static int parse_bandwidth(const struct cli *cli, const char *arg, double *out)
 	if (!strcmp(end, "/s"))
 		end += 2;
 	if (errno || end == arg || *end || !isfinite(v) || v <= 0) {
-		cli_err(cli, "--plan-bandwidth: '%s' is not a rate in bytes/s (e.g. 1G)",
-			arg);
+		cli_err(cli, "%s: '%s' is not a rate in bytes/s (e.g. 1G)", opt, arg);
 		return -1;
 	}
 	*out = v;
@@ -463,7 +469,7 @@ static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
 	int m;
 
 	/* The options after --plan-interval in the enum tune the planner. */
-	if (c > OPT_PLAN_INTERVAL && c <= OPT_PLAN_DOWNTIME)
+	if (c > OPT_PLAN_INTERVAL && c <= OPT_PARALLEL_MIGRATIONS)
 		p->given = true;
 	switch (c) {
 	case OPT_PLAN_INTERVAL:
@@ -491,10 +497,17 @@ static int plan_opt(struct cli *cli, struct plan_cfg *p, int c, const char *arg)
 		p->rate *= 1048576;
 		return 1;
 	case OPT_PLAN_BANDWIDTH:
-		return parse_bandwidth(cli, arg, &p->bandwidth) ? -1 : 1;
+		return parse_bandwidth(cli, "--plan-bandwidth", arg, &p->bandwidth) ? -1 : 1;
 	case OPT_PLAN_DOWNTIME:
 		return parse_num(cli, "--plan-downtime", arg, 1, 3600000,
 				 &p->downtime_ms) ? -1 : 1;
+	case OPT_DRAIN_LINK:
+		return parse_bandwidth(cli, "--drain-link", arg, &p->drain_link) ? -1 : 1;
+	case OPT_PARALLEL_MIGRATIONS:
+		v = cli_parse_long(cli, "--parallel-migrations", arg, 1, 64);
+		p->parallel = (uint32_t)v;
+		p->parallel_given = true;
+		return v < 0 ? -1 : 1;
 	}
 	return 0;
 }
@@ -571,6 +584,9 @@ static int serve_opt(struct cli *cli, void *ctx, int key, const char *arg)
 				&o->max_conn_ip);
 	case OPT_TIMEOUT:
 		return set_uint(cli, "--timeout", arg, 1, 3600, &o->timeout_s);
+	case OPT_FOLLOW_INTERVAL:
+		o->follow_given = true;
+		return set_uint(cli, "--follow-interval", arg, 0, 86400, &o->follow_s);
 	}
 	return 0;
 }
@@ -585,6 +601,11 @@ static int serve_check(struct cli *cli, void *ctx)
 	if (sa->o->plan.given && !sa->o->plan.interval_s)
 		return cli_bad(cli, "the --plan-* options need --plan-interval "
 			       "SECONDS");
+	if (sa->o->plan.parallel_given && !sa->o->plan.drain_link)
+		return cli_bad(cli, "--parallel-migrations needs --drain-link BYTES/S");
+	/* The planner's predictions are scored by default. */
+	if (!sa->o->follow_given && sa->o->plan.interval_s)
+		sa->o->follow_s = 1;
 	return target_args_check(cli, sa->a, false);
 }
 
@@ -628,6 +649,14 @@ static const struct cli_opt serve_opts[] = {
 	  "QEMU's, else 128M", "migration bandwidth (suffix K, M or G)" },
 	{ "plan-downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of the model" },
+	{ "drain-link", OPT_DRAIN_LINK, 0, "BYTES/S", "none: no drain",
+	  "schedule the host's drain through this link each round and export it" },
+	{ "parallel-migrations", OPT_PARALLEL_MIGRATIONS, 0, "N", "2",
+	  "the drain's migrations at a time" },
+	{ "follow-interval", OPT_FOLLOW_INTERVAL, 0, "SECONDS",
+	  "1 with --plan-interval, else 0: off",
+	  "poll each VMM's migration (query-migrate) this often and export "
+	  "the last one's figures beside the plan's" },
 	CLI_OPTS_TARGET,
 	{ 0 },
 };
@@ -638,7 +667,9 @@ static const struct cli_spec serve_spec = {
 	.about = "A Prometheus exporter of every VM's KVM stats: GET /metrics "
 		 "in the text format,\nor OpenMetrics when asked; TLS and "
 		 "basic auth from --web-config.\nWith --plan-interval, the "
-		 "migration planner's figures too.",
+		 "migration planner's figures too; with --follow-interval,\n"
+		 "each VM's last migration as QEMU counted it beside the "
+		 "prediction.",
 	.opts = serve_opts,
 	.opt = serve_opt,
 	.check = serve_check,
@@ -646,7 +677,9 @@ static const struct cli_spec serve_spec = {
 
 static void server_free(struct server *s)
 {
-	/* First: the planner takes the scrape lock and reads the host. */
+	/* First: the follower takes the scrape lock and the planner's. */
+	follower_free(&s->follow);
+	/* Then the planner: it takes the scrape lock and reads the host. */
 	planner_free(&s->plan);
 	if (s->d)
 		MHD_stop_daemon(s->d);
@@ -667,6 +700,7 @@ static void server_free(struct server *s)
 		web_config_free(&s->web);
 	free(s->landing);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->qmp_lock);
 }
 
 static int run(struct server *s)
@@ -719,7 +753,8 @@ static int run(struct server *s)
 	collect(s);
 	/* Counted now: once serving, the host is the scrapes' (under the lock). */
 	nvmms = kvmstats_host__num_vmms(s->host);
-	if (guard_start(s) || start_http(s) || planner_start(s))
+	if (guard_start(s) || start_http(s) || planner_start(s) ||
+	    follower_start(s))
 		return EXIT_FAIL;
 	if (s->cli->verbose >= 0)
 		fprintf(stderr, "%s: %s: serving %s://%s%s (%zu VMMs)\n",
@@ -741,7 +776,8 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 		.o = { .listen = "127.0.0.1:9938", .path = "/metrics",
 		       .refresh_s = 5, .gzip_level = 1, .max_conn = 64,
 		       .max_conn_ip = 16, .timeout_s = 10,
-		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1 } },
+		       .plan = { .method = KVMSTATS_METHOD_PAGEMAP, .dirty_s = 1,
+				 .parallel = 2 } },
 	};
 	struct serve_args sa = { .o = &s.o, .a = &a };
 	int ret;
@@ -749,7 +785,9 @@ int cmd_serve(struct cli *cli, int argc, char **argv)
 	if (target_args_init(&a, argc))
 		return EXIT_FAIL;
 	pthread_mutex_init(&s.lock, NULL);
+	pthread_mutex_init(&s.qmp_lock, NULL);
 	planner_init(&s.plan);
+	follower_init(&s.follow);
 	guard_init(&s.guard);
 	ret = cli_parse(cli, &serve_spec, &sa, argc, argv);
 	if (ret == CLI_PARSED)

@@ -5,11 +5,13 @@
  * serve_http.c answers requests (scrapes, the exporter's own metrics),
  * serve_guard.c keeps slow and hostile clients from the others (request
  * head deadline, fair connection slots, throttled authentication),
- * serve_plan.c runs the migration planner (--plan-interval).
+ * serve_plan.c runs the migration planner (--plan-interval),
+ * serve_follow.c follows the VMs' migrations (--follow-interval).
  */
 #ifndef KVMSTATS_SERVE_H
 #define KVMSTATS_SERVE_H
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,6 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "kvmstats_drain.h"
 #include "kvmstats_mem.h"
 #include "prom.h"
 #include "webconfig.h"
@@ -37,6 +40,9 @@ struct plan_cfg {
 	double rate;			/* scan's read budget, bytes/s; 0: none */
 	double bandwidth;		/* bytes/s; 0: QEMU's or default */
 	double downtime_ms;		/* 0: QEMU's or default */
+	double drain_link;		/* bytes/s; 0: no drain schedule */
+	uint32_t parallel;		/* the drain's migrations at a time */
+	bool parallel_given;
 	bool given;			/* a --plan-* option other than the interval */
 };
 
@@ -51,6 +57,21 @@ struct serve_opts {
 	unsigned int max_conn, max_conn_ip, timeout_s;
 	bool no_hist;
 	struct plan_cfg plan;
+	unsigned int follow_s;		/* 0: no follower */
+	bool follow_given;		/* else: on (1 s) with the planner */
+};
+
+/* A VM's prediction as a planning round published it. */
+struct plan_pred {
+	pid_t pid;
+	double seconds, bytes;		/* NAN or inf: none */
+};
+
+/* One round's predictions, sorted by pid. */
+struct plan_preds {
+	struct plan_pred *v;
+	size_t n;
+	uint64_t done_ns;		/* when the round published them */
 };
 
 /* The planner thread and what it last published. A scrape takes @lock
@@ -71,10 +92,32 @@ struct planner {
 	uint64_t done_ns;		/* when the published round ended */
 	double round_s;			/* how long it took */
 	size_t planned, failed;		/* VMMs in it */
+	struct plan_preds preds[2];	/* that round's, the one before's */
 	/* The thread's own. */
 	struct prom_buf next[2];
 	pid_t *failing;			/* failed in the previous round */
 	size_t nfailing;
+};
+
+/* The migration follower (serve_follow.c) and what it last published;
+ * locked as the planner is. It takes the server's lock, then the
+ * planner's, never while it holds its own. */
+struct follow_vm;
+
+struct follower {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;		/* stop */
+	/* Under @lock. */
+	bool stop;
+	struct prom_buf text[2];	/* per format: the per-VM gauges */
+	uint64_t followed;		/* migrations seen ending */
+	/* The thread's own. */
+	struct prom_buf next[2];
+	struct follow_vm *vms;
+	size_t nvms, cap;
+	uint64_t ended;			/* published as @followed */
 };
 
 /* One exposition, shared by the responses that send it. A result made
@@ -152,6 +195,11 @@ struct server {
 	atomic_uint_fast64_t denied;	/* requests refused: authentication */
 	char *landing;
 	struct planner plan;
+	struct follower follow;
+	/* The planner's and the follower's QMP exchanges, one at a time:
+	 * QEMU serves one client per monitor, and a planner that finds it
+	 * busy plans with QEMU's default settings. Taken alone. */
+	pthread_mutex_t qmp_lock;
 	struct guard guard;
 };
 
@@ -163,12 +211,48 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Wait on @wake (CLOCK_MONOTONIC) under @lock until @deadline (ns) or
+ * *@stop; true on a stop. */
+static inline bool serve_sleep(pthread_mutex_t *lock, pthread_cond_t *wake,
+			       const bool *stop, uint64_t deadline)
+{
+	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
+			       .tv_nsec = (long)(deadline % 1000000000ull) };
+	bool stopped;
+
+	pthread_mutex_lock(lock);
+	while (!*stop && now_ns() < deadline)
+		if (pthread_cond_timedwait(wake, lock, &ts) == ETIMEDOUT)
+			break;
+	stopped = *stop;
+	pthread_mutex_unlock(lock);
+	return stopped;
+}
+
 /* serve_plan.c */
 void planner_init(struct planner *pl);
 int planner_start(struct server *s);
 void planner_free(struct planner *pl);
 /* The planner's gauges, for a scrape (under the server's lock). */
 void plan_metrics(struct server *s, struct prom_buf *b, enum prom_format f);
+/* VMM @pid's prediction of the last round published by @before (ns):
+ * false when there is none (no planner, no such round, not planned). */
+bool plan_prediction(struct server *s, pid_t pid, uint64_t before,
+		     struct plan_pred *out);
+
+/* serve_drain.c: the drain of the round's @n predicted plans
+ * (--drain-link), NULL when none; its gauges. */
+struct kvmstats_drain *serve_drain(const struct plan_cfg *c,
+				   struct kvmstats_plan *const *plans, size_t n);
+void render_drain(struct prom_buf *b, enum prom_format f,
+		  const struct kvmstats_drain *d);
+
+/* serve_follow.c */
+void follower_init(struct follower *fl);
+int follower_start(struct server *s);
+void follower_free(struct follower *fl);
+/* The follower's gauges, for a scrape (under the server's lock). */
+void follow_metrics(struct server *s, struct prom_buf *b, enum prom_format f);
 
 /* serve_http.c */
 int start_http(struct server *s);

@@ -130,6 +130,7 @@ static void own_metrics(struct server *s, struct prom_buf *b, enum prom_format f
 		    "Wall time of the last rescan of the host for VMMs");
 	prom_sample(b, "kvmstats_host_refresh_seconds", NULL, s->refresh_ns / 1e9);
 	plan_metrics(s, b, f);
+	follow_metrics(s, b, f);
 	prom_end(b, f);
 }
 

@@ -231,17 +231,7 @@ static int plan_cancelled(void *arg, uint64_t done, uint64_t total)
 /* Sleep until @deadline (CLOCK_MONOTONIC, ns) or a stop; true on a stop. */
 static bool plan_sleep(struct planner *pl, uint64_t deadline)
 {
-	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
-			       .tv_nsec = (long)(deadline % 1000000000ull) };
-	bool stop;
-
-	pthread_mutex_lock(&pl->lock);
-	while (!pl->stop && now_ns() < deadline)
-		if (pthread_cond_timedwait(&pl->wake, &pl->lock, &ts) == ETIMEDOUT)
-			break;
-	stop = pl->stop;
-	pthread_mutex_unlock(&pl->lock);
-	return stop;
+	return serve_sleep(&pl->lock, &pl->wake, &pl->stop, deadline);
 }
 
 static bool plan_ok(const struct plan_row *r)
@@ -287,9 +277,11 @@ static void plan_open(struct server *s, struct plan_row *row)
 		.ram = &ro, .scan = &so,
 	};
 
+	pthread_mutex_lock(&s->qmp_lock);	/* its RAM blocks and settings */
 	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
+	row->err = row->p ? 0 : -errno;
+	pthread_mutex_unlock(&s->qmp_lock);
 	if (!row->p) {
-		row->err = -errno;
 		if (!row->error[0])
 			snprintf(row->error, sizeof(row->error), "pid %d: %s",
 				 (int)row->pid, strerror(-row->err));
@@ -392,6 +384,53 @@ static void plan_report(struct server *s, const struct plan_row *rows, size_t n)
 	pl->nfailing = failing ? k : 0;
 }
 
+static int cmp_pred(const void *x, const void *y)
+{
+	const struct plan_pred *a = x, *b = y;
+
+	return (a->pid > b->pid) - (a->pid < b->pid);
+}
+
+/* The round's predictions, for the follower (serve_follow.c); NULL when
+ * out of memory (then the follower finds none). */
+static struct plan_pred *plan_preds(const struct kvmstats_plan_vm *const *vms,
+				    size_t n)
+{
+	struct plan_pred *p = calloc(n + 1, sizeof(*p));
+
+	for (size_t i = 0; p && i < n; i++) {
+		p[i].pid = vms[i]->pid;
+		p[i].seconds = vms[i]->pred.seconds;
+		p[i].bytes = (double)vms[i]->pred.bytes;
+	}
+	if (p)
+		qsort(p, n, sizeof(*p), cmp_pred);
+	return p;
+}
+
+bool plan_prediction(struct server *s, pid_t pid, uint64_t before,
+		     struct plan_pred *out)
+{
+	struct planner *pl = &s->plan;
+	struct plan_pred key = { .pid = pid }, *hit = NULL;
+
+	if (!s->o.plan.interval_s)
+		return false;
+	pthread_mutex_lock(&pl->lock);
+	for (int g = 0; g < 2; g++) {
+		const struct plan_preds *t = &pl->preds[g];
+
+		if (!t->v || t->done_ns > before)
+			continue;
+		hit = bsearch(&key, t->v, t->n, sizeof(key), cmp_pred);
+		break;
+	}
+	if (hit)
+		*out = *hit;
+	pthread_mutex_unlock(&pl->lock);
+	return hit;
+}
+
 static int cmp_planned(const void *x, const void *y)
 {
 	return kvmstats_plan_vm__compare(*(const struct kvmstats_plan_vm *const *)x,
@@ -405,21 +444,35 @@ static void plan_publish(struct server *s, const struct plan_row *rows, size_t n
 {
 	struct planner *pl = &s->plan;
 	const struct kvmstats_plan_vm **ok = calloc(n + 1, sizeof(*ok));
+	struct kvmstats_plan **plans = calloc(n + 1, sizeof(*plans));
+	struct kvmstats_drain *drain;
+	struct plan_pred *preds;
 	size_t nok = 0;
 
-	if (!ok) {
+	if (!ok || !plans) {
 		cli_warn(s->cli, "planner: out of memory");
+		free(ok);
+		free(plans);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (plan_ok(&rows[i]) && kvmstats_plan__result(rows[i].p)->predicted)
-			ok[nok++] = kvmstats_plan__result(rows[i].p);
+			plans[nok++] = rows[i].p;
+	drain = s->o.plan.drain_link > 0 ? serve_drain(&s->o.plan, plans, nok) : NULL;
+	for (size_t i = 0; i < nok; i++)
+		ok[i] = kvmstats_plan__result(plans[i]);
 	qsort(ok, nok, sizeof(*ok), cmp_planned);
-	render_plan(&pl->next[PROM_TEXT], PROM_TEXT, ok, nok);
-	render_plan(&pl->next[PROM_OPENMETRICS], PROM_OPENMETRICS, ok, nok);
+	for (int f = 0; f < 2; f++) {
+		render_plan(&pl->next[f], (enum prom_format)f, ok, nok);
+		render_drain(&pl->next[f], (enum prom_format)f, drain);
+	}
+	kvmstats_drain__free(drain);
+	preds = plan_preds(ok, nok);
 	free(ok);
+	free(plans);
 	if (pl->next[PROM_TEXT].failed || pl->next[PROM_OPENMETRICS].failed) {
 		cli_warn(s->cli, "planner: out of memory");
+		free(preds);
 		return;
 	}
 	pthread_mutex_lock(&pl->lock);
@@ -434,6 +487,10 @@ static void plan_publish(struct server *s, const struct plan_row *rows, size_t n
 	pl->round_s = (double)(pl->done_ns - t0) / 1e9;
 	pl->planned = nok;
 	pl->failed = n - nok;
+	free(pl->preds[1].v);
+	pl->preds[1] = pl->preds[0];
+	pl->preds[0] = (struct plan_preds){ .v = preds, .n = preds ? nok : 0,
+					    .done_ns = pl->done_ns };
 	pthread_mutex_unlock(&pl->lock);
 }
 
@@ -551,6 +608,8 @@ void planner_free(struct planner *pl)
 		prom_buf_free(&pl->next[f]);
 	}
 	free(pl->failing);
+	free(pl->preds[0].v);
+	free(pl->preds[1].v);
 	pthread_cond_destroy(&pl->wake);
 	pthread_mutex_destroy(&pl->lock);
 }

@@ -152,6 +152,59 @@ migration_settings() {
 	case $r in *'"return"'*) ;; *) echo "# $1: parameters: $r"; return 1 ;; esac
 }
 
+# migrate_tcp SRC DST: migrate $TMP/SRC.qmp's VM to DST's (a QEMU started
+# with -incoming defer) over loopback TCP and wait (bounded) for the end;
+# QEMU's query-migrate answer at completion goes to $TMP/SRC.final.
+migrate_tcp() {
+	local r st port
+	port=$(free_port)
+	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r"; return 1 ;; esac
+	r=$(q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $1: migrate: $r"; return 1 ;; esac
+	for _ in $(seq $((300 * $(slow 1)))); do
+		r=$(q "$1" '{"execute":"query-migrate"}')
+		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
+		case $st in
+		completed)
+			jq -c .return <<<"$r" >"$TMP/$1.final"
+			return 0
+			;;
+		failed | cancelled)
+			echo "# $1: migration $st: $r"
+			return 1
+			;;
+		esac
+		sleep 0.2
+	done
+	return 1
+}
+
+# rel_error REAL PRED: (real - predicted) / real, as the tests compute
+# a prediction's error.
+rel_error() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }
+
+# same A B: |A - B| within 1% of |B| (or 1e-9); B may be negative.
+same() {
+	awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d;
+		m = b < 0 ? -b : b; exit !(a != "" && b != "" && d <= m / 100 + 1e-9) }'
+}
+
+# start_serve NAME ARGS...: kvmstats serve on a free loopback port, in the
+# background; sets SERVE_PID, ADDR and URL (its /metrics).
+start_serve() {
+	local name=$1
+	shift
+	"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/$name.ready" "$@" \
+		2>>"$TMP/$name.err" &
+	SERVE_PID=$!
+	track $SERVE_PID
+	wait_file "$TMP/$name.ready" 20 || { echo "# serve $name did not start:"; \
+		sed 's/^/# /' "$TMP/$name.err"; return 1; }
+	ADDR=$(cat "$TMP/$name.ready")
+	URL=http://$ADDR/metrics
+}
+
 # within A B PCT: |A - B| <= PCT% of B
 within() {
 	awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b>0 && d<=b*p/100)}'

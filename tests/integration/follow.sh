@@ -33,33 +33,6 @@ if [ "$SLOW" -gt 1 ]; then
 	SIZES="24M 12M"
 fi
 
-# migrate SRC DST: SRC to DST (started with -incoming defer) over loopback
-# TCP; QEMU's query-migrate answer at completion goes to $TMP/SRC.final.
-migrate() {
-	local r st port
-	port=$(free_port)
-	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
-	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r"; return 1 ;; esac
-	r=$(q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
-	case $r in *'"return"'*) ;; *) echo "# $1: migrate: $r"; return 1 ;; esac
-	for _ in $(seq $((300 * $(slow 1)))); do
-		r=$(q "$1" '{"execute":"query-migrate"}')
-		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
-		case $st in
-		completed)
-			jq -c .return <<<"$r" >"$TMP/$1.final"
-			return 0
-			;;
-		failed | cancelled)
-			echo "# $1: migration $st: $r"
-			return 1
-			;;
-		esac
-		sleep 0.2
-	done
-	return 1
-}
-
 # The sources, booted together (booting is the slow part).
 i=0
 for size in $SIZES; do
@@ -96,7 +69,7 @@ sleep "$(slow_s 1)"
 
 for i in $(seq 0 $((N - 1))); do
 	if ! wait_until "$(slow 300)" test -S "$TMP/dst$i.qmp" ||
-		! migrate "vm$i" "dst$i"; then
+		! migrate_tcp "vm$i" "dst$i"; then
 		fail "follow: vm$i's migration did not complete"
 		exit 0
 	fi
@@ -115,12 +88,6 @@ check "follow exits 0 once every migration ended" test "$st" = 0
 sed 's/^/# follow: /' "$TMP/follow.err"
 echo "# follow: $(grep -c '"event":"unreadable"' "$TMP/follow.jsonl") unreadable event(s), $(grep -c '"event":"progress"' "$TMP/follow.jsonl") progress event(s)"
 
-# err REAL PRED: (real - predicted) / real, as the test computes it.
-err() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }
-# same A B: |A - B| within 1% of |B| (or 1e-9).
-same() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d;
-	m = b < 0 ? -b : b; exit !(d <= m / 100 + 1e-9) }'; }
-
 echo "# VM   predicted s  QEMU s   pred bytes   QEMU bytes   time error  bytes error (follow's)"
 for i in $(seq 0 $((N - 1))); do
 	eval "pid=\$PID_vm$i"
@@ -129,8 +96,8 @@ for i in $(seq 0 $((N - 1))); do
 	psec=$(jq --argjson p "$pid" '.vms[] | select(.pid == $p) | .predicted_seconds' "$TMP/plan.json")
 	pbytes=$(jq --argjson p "$pid" '.vms[] | select(.pid == $p) | .predicted_transfer_bytes' "$TMP/plan.json")
 	sec=$(awk -v m="$ms" 'BEGIN { printf "%.3f", m / 1000 }')
-	te=$(err "$sec" "$psec")
-	be=$(err "$xfer" "$pbytes")
+	te=$(rel_error "$sec" "$psec")
+	be=$(rel_error "$xfer" "$pbytes")
 	end=$(jq -c --argjson p "$pid" 'select(.event == "end" and .pid == $p)' "$TMP/follow.jsonl")
 	fte=$(jq -r '.time_error // "null"' <<<"$end")
 	fbe=$(jq -r '.bytes_error // "null"' <<<"$end")

@@ -22,21 +22,6 @@ done
 QEMU_MEM=256
 GUEST='nonzero=32M zero=16M stride=4K'
 
-# start_serve NAME ARGS...: kvmstats serve on a free loopback port, in the
-# background; sets SERVE_PID, ADDR and URL.
-start_serve() {
-	local name=$1
-	shift
-	"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/$name.ready" "$@" \
-		2>>"$TMP/$name.err" &
-	SERVE_PID=$!
-	track $SERVE_PID
-	wait_file "$TMP/$name.ready" 20 || { echo "# serve $name did not start:"; \
-		sed 's/^/# /' "$TMP/$name.err"; return 1; }
-	ADDR=$(cat "$TMP/$name.ready")
-	URL=http://$ADDR/metrics
-}
-
 # gauge FILE NAME PID: the value of NAME{pid="PID",...} in a scrape.
 gauge() {
 	awk -v k="$2{pid=\"$3\"," 'index($0, k) == 1 { print $2; exit }' "$1"
