@@ -30,6 +30,8 @@
  */
 #define PLAN_NICE 10
 #define PLAN_DIRTY_POINTS 4
+/* How soon a round that found no VMM (discovery under way) is tried again. */
+#define PLAN_EMPTY_RETRY_NS 1000000000ull
 
 enum {
 	PG_MEMORY,
@@ -502,8 +504,8 @@ static void plan_running(struct planner *pl, bool running)
 }
 
 /* One round over every exported VMM; nothing is published when a stop
- * cut it short. */
-static void plan_round(struct server *s)
+ * cut it short. Returns how many VMMs it took. */
+static size_t plan_round(struct server *s)
 {
 	struct planner *pl = &s->plan;
 	struct plan_row *rows = NULL;
@@ -540,6 +542,7 @@ out:
 	free(rows);
 	free(pids);
 	plan_running(pl, false);
+	return n;
 }
 
 static void *plan_main(void *arg)
@@ -551,8 +554,11 @@ static void *plan_main(void *arg)
 	 * created by this thread, inherit it. Lowering needs no privilege. */
 	setpriority(PRIO_PROCESS, (id_t)gettid(), PLAN_NICE);
 	do {
-		plan_round(s);
-		next += period;
+		/* A round before discovery found a VMM (serve just started)
+		 * is tried again in a second, not a --plan-interval later. */
+		uint64_t gap = plan_round(s) ? period : PLAN_EMPTY_RETRY_NS;
+
+		next = gap < period ? now_ns() + gap : next + period;
 		if (next < now_ns())
 			next = now_ns();	/* it overran: the next one now */
 	} while (!plan_sleep(&s->plan, next));

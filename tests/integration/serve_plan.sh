@@ -181,8 +181,9 @@ if start_serve scan --pid $ANON --plan-interval 1 --plan-method scan --plan-rate
 	worst=0 under=0
 	for i in $(seq 10); do
 		t=$(curl -sS --max-time 10 -o "$TMP/s.txt" -w '%{time_total}' "$URL")
-		grep -q '^kvmstats_plan_running 1$' "$TMP/s.txt" &&
-			grep -q '^kvmstats_plan_rounds_total 0$' "$TMP/s.txt" && under=$((under + 1))
+		# (a round may have come before discovery found the VM: an
+		# empty one, tried again a second later; so any round counts)
+		grep -q '^kvmstats_plan_running 1$' "$TMP/s.txt" && under=$((under + 1))
 		worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
 		sleep 0.2
 	done
