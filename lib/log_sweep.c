@@ -152,22 +152,29 @@ static int items_get(struct kvmstats_log_writer *lw, struct kvmstats_host *h,
 	return err;
 }
 
-/* The target of @it, the first time it is written after the list was
- * made: its strings are read from the VMM and the reader once. */
-static struct wtarget *item_target(struct kvmstats_log_writer *w,
-				   struct lw_sweep_item *it)
+/* The log's name for @it: its VMM, VM and vCPU. */
+static struct kvmstats_log_target item_log_target(const struct lw_sweep_item *it)
 {
 	const struct kvmstats_vmm *v = it->v;
-	struct kvmstats_log_target t = {
+
+	return (struct kvmstats_log_target){
 		.pid = v->pid,
 		.uid = v->uid,
 		.name = v->name,
 		.source = kvmstats_vmm__source(v),
 		.vm = it->vm,
 		.vcpu = it->vcpu,
-		.id = kvmstats_reader__id(it->r),
 	};
+}
 
+/* The target of @it, the first time it is written after the list was
+ * made: its strings are read from the VMM and the reader once. */
+static struct wtarget *item_target(struct kvmstats_log_writer *w,
+				   struct lw_sweep_item *it)
+{
+	struct kvmstats_log_target t = item_log_target(it);
+
+	t.id = kvmstats_reader__id(it->r);
 	it->wt = lw_target(w, &t, kvmstats_reader__schema(it->r));
 	return it->wt;
 }
@@ -177,15 +184,7 @@ static struct wtarget *item_target(struct kvmstats_log_writer *w,
 static int sweep_reader(struct kvmstats_log_writer *w,
 			const struct lw_sweep_item *it, uint64_t time_ns)
 {
-	const struct kvmstats_vmm *v = it->v;
-	struct kvmstats_log_target t = {
-		.pid = v->pid,
-		.uid = v->uid,
-		.name = v->name,
-		.source = kvmstats_vmm__source(v),
-		.vm = it->vm,
-		.vcpu = it->vcpu,
-	};
+	struct kvmstats_log_target t = item_log_target(it);
 
 	kvmstats_reader__sweep(it->r, time_ns);
 	return lw_add_reader(w, &t, it->r);

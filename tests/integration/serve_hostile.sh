@@ -13,16 +13,10 @@ done
 SLOW=$ROOT/build/slowloris
 [ -x "$SLOW" ] || { fail "build/slowloris built"; exit 1; }
 
-# start_serve NAME ARGS...: serve on a free loopback port; sets S, ADDR.
-start_serve() {
-	local name=$1
-	shift
-	"$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$TMP/$name.ready" "$@" \
-		2>>"$TMP/$name.err" &
-	S=$!
-	track $S
-	wait_file "$TMP/$name.ready" 20 || { sed 's/^/# /' "$TMP/$name.err"; return 1; }
-	ADDR=$(cat "$TMP/$name.ready")
+# serve_on NAME ARGS...: lib.sh's start_serve; sets S (its pid) too.
+serve_on() {
+	start_serve "$@" || return 1
+	S=$SERVE_PID
 }
 
 # scrapes FROM N: N scrapes in a row from address FROM, each given 5 s;
@@ -45,7 +39,7 @@ scrapes() {
 # replaced, never written through.
 echo precious >"$TMP/victim"
 ln -s "$TMP/victim" "$TMP/main.ready.tmp"
-start_serve main || { fail "serve started"; exit 1; }
+serve_on main || { fail "serve started"; exit 1; }
 check "--ready over a link planted at FILE.tmp: its target is untouched" \
 	test "$(cat "$TMP/victim")" = precious
 
@@ -82,7 +76,7 @@ wait $S 2>/dev/null
 # ---- throttled authentication --------------------------------------------
 HASH=$(echo secret | "$KVMSTATS" serve --hash-password)
 printf 'basic_auth_users:\n  prom: %s\n' "$HASH" >"$TMP/web.yml"
-start_serve auth --web-config "$TMP/web.yml" || { fail "serve with basic auth started"; exit 1; }
+serve_on auth --web-config "$TMP/web.yml" || { fail "serve with basic auth started"; exit 1; }
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # What a password check costs here, now (a loaded machine's ticks are
 # not an idle one's): a first wrong password from each of 3 addresses,
