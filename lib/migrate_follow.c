@@ -288,6 +288,16 @@ static void take_info(struct kvmstats_migration *m, struct json_object *r)
 	if (json_object_object_get_ex(r, "ram", &ram) &&
 	    json_object_is_type(ram, json_type_object))
 		take_ram(m, ram);
+	/* A VM that came in by migration answers its incoming migration's
+	 * status, "completed", over that of a migration of its own under
+	 * way (qmp_query_migrate fills the destination's state last); only
+	 * an active migration of its own gives an expected downtime. */
+	if (m->status == KVMSTATS_MIGST_COMPLETED &&
+	    (m->have & KVMSTATS_MIGF_EXPECTED_DOWNTIME) &&
+	    !(m->have & KVMSTATS_MIGF_DOWNTIME)) {
+		m->status = KVMSTATS_MIGST_ACTIVE;
+		snprintf(m->status_name, sizeof(m->status_name), "active");
+	}
 }
 
 /* One exchange on one socket. */

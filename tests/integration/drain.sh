@@ -131,6 +131,11 @@ while (queue or running) and time.monotonic() - t0 < budget:
         q = mon[pid].cmd('query-migrate')['return']
         st = q.get('status')
         abort = sched[pid].get('abort_after_s')
+        # A VM that came in by migration answers "completed" (its
+        # incoming one's status) while its own runs: only a migration
+        # of its own that completed has a downtime.
+        if st == 'completed' and 'downtime' not in q:
+            st = 'active'
         if st == 'completed':
             res[pid].update(status='completed', seconds=q['total-time'] / 1000.0,
                             transferred=q['ram']['transferred'])

@@ -51,6 +51,7 @@ for i in $(seq 0 $((N - 1))); do
 	case $r in *'"return"'*) ;; *) fail "follow: vm$i refused the parameters: $r"; exit 0 ;; esac
 	# shellcheck disable=SC2086 # the destinations, started now
 	QEMU_MEM=$MEM launch_qemu "dst$i" "nonzero=1M stride=4K" -incoming defer
+	eval "DPID_dst$i=$QEMU_PID"
 done
 
 PIDS=$(for i in $(seq 0 $((N - 1))); do eval "echo --pid \$PID_vm$i"; done)
@@ -113,6 +114,27 @@ for i in $(seq 0 $((N - 1))); do
 	check "vm$i: time error $fte is the test's $te (QEMU's total-time)" same "$fte" "$te"
 	check "vm$i: bytes error $fbe is the test's $be (QEMU's ram.transferred)" same "$fbe" "$be"
 done
+
+# A VM that came in by migration moves on: QEMU answers its incoming
+# migration's "completed" while the new one runs, which follow must not
+# take for the new one's end.
+QEMU_MEM=$MEM launch_qemu hop0 "nonzero=1M stride=4K" -incoming defer
+"$KVMSTATS" follow --pid "$DPID_dst0" --json --interval 0.2 \
+	--timeout "$(slow 150)" >"$TMP/hop.jsonl" 2>"$TMP/hop.err" &
+HOP=$!
+track "$HOP"
+sleep "$(slow_s 1)"
+if wait_until "$(slow 300)" test -S "$TMP/hop0.qmp" && migrate_tcp dst0 hop0; then
+	wait_until "$(slow 300)" sh -c "! kill -0 $HOP 2>/dev/null"
+	ms=$(jq '.["total-time"]' "$TMP/dst0.final")
+	xfer=$(jq '.ram.transferred' "$TMP/dst0.final")
+	end=$(jq -c 'select(.event == "end")' "$TMP/hop.jsonl")
+	check "a VM that came in by migration: follow's end is its own migration's figures (QEMU: $ms ms, $xfer bytes)" \
+		jq -e --argjson ms "$ms" --argjson x "$xfer" '.outcome == "completed" and
+		.transferred_bytes == $x and (.seconds * 1000 | round) == $ms' <<<"${end:-null}"
+else
+	fail "follow: dst0's second migration did not complete"
+fi
 
 # The sources' migrations are over: a follow now sees only old ones.
 eval "pid=\$PID_vm0"
