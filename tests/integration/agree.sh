@@ -1,5 +1,5 @@
 #!/bin/bash
-# kvmstats-test: needs=kvm qemu labqemu stock
+# kvmstats-test: needs=kvm qemu stock
 # Every source tells the kernel's truth. The oracle is the kernel's own
 # stats fd, never a peer's output: for one QEMU VM with an in-kernel
 # irqchip (halted vCPUs whose halt histograms are filled by kicks) and

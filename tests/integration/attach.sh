@@ -5,7 +5,7 @@
 # no thread left stopped or traced; a VMM under seccomp is refused unless
 # forced.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm qemu labqemu
+# kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
 require_kvm "attach"
 

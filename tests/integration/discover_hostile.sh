@@ -107,7 +107,10 @@ record_window() {
 	local name=$1 good=$2 rc n worst first t0
 	shift 2
 	t0=$(now)
-	"${RT[@]}" "$KVMSTATS" record -s 0.1 --duration "$(slow_s "$RWINDOW")" --refresh 1 "$@" \
+	# The window is RWINDOW s of samples wherever it runs, plus what
+	# record takes to start (scaled): 200 intervals tell a missed tick.
+	"${RT[@]}" "$KVMSTATS" record -s 0.1 --duration "$(awk -v w="$RWINDOW" -v s="$(slow_s 2)" \
+		'BEGIN { print w + s }')" --refresh 1 "$@" \
 		-o "$TMP/$name.kvl" 2>"$TMP/$name.err"
 	rc=$?
 	# (--pid: the log holds the fakes too, 8 MB for 60 s.)

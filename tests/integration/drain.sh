@@ -270,6 +270,8 @@ score() {
 		esac
 	done <"$TMP/$name.rows"
 	printf -v "VMT_$var" '%s' "$bad_time"
+	# (in the lab only the total is checked: see timing_checks)
+	[ "$SLOW" -gt 1 ] && bad_time=""
 	within "$rd" "$pd" 15 || bad_time="$bad_time drain:${rd}s/${pd}s"
 	printf -v "TIMES_$var" '%s' "$bad_time"
 	check "$name: the VM named as not converging did not, every one named converging did${bad_fate:+ (wrong:$bad_fate)}" \

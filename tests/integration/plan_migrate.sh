@@ -19,7 +19,7 @@
 # (below a second of real time, within 0.5 s: see within_time).
 # Prints the table of predicted against real.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm qemu labqemu
+# kvmstats-test: needs=kvm qemu
 # shellcheck disable=SC2154 # launch sets PID_<name> (eval)
 source "$(dirname "$0")/../lib.sh"
 
