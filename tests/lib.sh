@@ -292,11 +292,18 @@ without_kvm() { private_dev none "$@"; }
 with_kvm_not_kvm() { private_dev "1 3" "$@"; }
 
 # free_port: a loopback TCP port nobody listens on (bounded tries).
+# Below the kernel's ephemeral ports (32768 up: a connection's own end
+# may hold one, and a listener's bind then fails), and never one this
+# test was given before (two taken before either is bound would clash).
 free_port() {
 	local p
 	for _ in $(seq 50); do
-		p=$((20000 + RANDOM % 20000))
-		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return 0; }
+		p=$((16384 + RANDOM % 16000))
+		grep -qx "$p" "$TMP/.ports" 2>/dev/null && continue
+		(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && continue
+		echo "$p" >>"$TMP/.ports"
+		echo "$p"
+		return 0
 	done
 	return 1
 }
