@@ -23,6 +23,7 @@
 # In the lab (slow > 1) the guests are smaller.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
+# shellcheck disable=SC2154 # eval sets PID_<name>
 source "$(dirname "$0")/../lib.sh"
 
 require_kvm serve_follow
