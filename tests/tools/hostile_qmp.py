@@ -50,6 +50,7 @@ import fcntl
 import json
 import os
 import random
+import resource
 import socket
 import struct
 import sys
@@ -296,6 +297,12 @@ def drop_to_nobody():
 
 def main():
     mode, nvcpus, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    # A VMM of 1024 vCPUs holds more fds than a soft limit of 1024 (the
+    # lab's init gives that): up to the hard limit, as QEMU would need.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < nvcpus + 64 and (hard == resource.RLIM_INFINITY or hard > soft):
+        want = nvcpus + 64 if hard == resource.RLIM_INFINITY else min(hard, nvcpus + 64)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     held = make_vm(nvcpus)
     nvcpus = len(held[2])
     if mode == "deputy":
