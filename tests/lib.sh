@@ -62,10 +62,11 @@ wait_until() {
 wait_file() { wait_until $((${2:-10} * 10)) test -e "$1"; }
 
 # Start tinyvmm in the background with --ready; sets VMM_PID and VMM_READY
-# (its ready file).
+# (its ready file). It exits by itself after 300 s, scaled: a whole script
+# runs for 20 minutes under emulation and its VMs must outlive it.
 start_vmm() {
 	VMM_READY=$TMP/ready.$RANDOM
-	"$TINYVMM" --ready "$VMM_READY" --timeout 300 "$@" &
+	"$TINYVMM" --ready "$VMM_READY" --timeout "$(slow 300)" "$@" &
 	VMM_PID=$!
 	track "$VMM_PID"
 	wait_file "$VMM_READY" 20 || { echo "# tinyvmm $* did not get ready"; return 1; }
