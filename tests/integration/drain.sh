@@ -139,7 +139,10 @@ while (queue or running) and time.monotonic() - t0 < budget:
             st = 'active'
         if st == 'completed':
             res[pid].update(status='completed', seconds=q['total-time'] / 1000.0,
-                            transferred=q['ram']['transferred'])
+                            transferred=q['ram']['transferred'], polled=now - res[pid]['start'])
+            # (QEMU's own words, for a completion that took no time)
+            if res[pid]['seconds'] < 0.5:
+                res[pid]['query'] = q
         elif st in ('failed', 'cancelled'):
             res[pid].update(status=st, seconds=now - res[pid]['start'])
         elif abort is not None and now - res[pid]['start'] >= abort:
@@ -269,6 +272,9 @@ score() {
 			bad_fate="$bad_fate $vname:$verdict" ;;
 		esac
 	done <"$TMP/$name.rows"
+	jq -r '.vms | to_entries[] | select(.value.query) |
+		"# \(.key): completed in \(.value.seconds) s by QEMU, \(.value.polled) s after start; query-migrate: \(.value.query | tojson)"' \
+		<<<"$real"
 	printf -v "VMT_$var" '%s' "$bad_time"
 	# (in the lab only the total is checked: see timing_checks)
 	[ "$SLOW" -gt 1 ] && bad_time=""
