@@ -225,6 +225,13 @@ static void take_status(struct kvmstats_migration *m, struct json_object *r)
 	snprintf(m->error, sizeof(m->error), "%s", s ? s : "");
 }
 
+/* Not over yet, whatever QEMU's status word says (see its callers). */
+static void still_active(struct kvmstats_migration *m)
+{
+	m->status = KVMSTATS_MIGST_ACTIVE;
+	snprintf(m->status_name, sizeof(m->status_name), "active");
+}
+
 static void take_ram(struct kvmstats_migration *m, struct json_object *ram)
 {
 	static const struct {
@@ -266,7 +273,7 @@ static void take_ram(struct kvmstats_migration *m, struct json_object *ram)
 	}
 }
 
-static void take_info(struct kvmstats_migration *m, struct json_object *r)
+void ks_follow_take_info(struct kvmstats_migration *m, struct json_object *r)
 {
 	struct json_object *ram;
 	uint64_t v;
@@ -294,10 +301,17 @@ static void take_info(struct kvmstats_migration *m, struct json_object *r)
 	 * an active migration of its own gives an expected downtime. */
 	if (m->status == KVMSTATS_MIGST_COMPLETED &&
 	    (m->have & KVMSTATS_MIGF_EXPECTED_DOWNTIME) &&
-	    !(m->have & KVMSTATS_MIGF_DOWNTIME)) {
-		m->status = KVMSTATS_MIGST_ACTIVE;
-		snprintf(m->status_name, sizeof(m->status_name), "active");
-	}
+	    !(m->have & KVMSTATS_MIGF_DOWNTIME))
+		still_active(m);
+	/* QEMU 7.2's migration thread says "completed" before it works out
+	 * total-time and downtime (migration_calculate_complete runs next,
+	 * under the BQL; later QEMUs set all three at once): in between
+	 * they read 0. The figures are not there yet; the next poll has them
+	 * (seen in the lab: a 1.7 s migration "completed" in 0 s). */
+	if (m->status == KVMSTATS_MIGST_COMPLETED &&
+	    (m->have & KVMSTATS_MIGF_TOTAL_TIME) && !m->total_time_ms &&
+	    !m->downtime_ms)
+		still_active(m);
 }
 
 /* One exchange on one socket. */
@@ -324,7 +338,7 @@ static int ask(struct kvmstats_follow *f, struct follow_sock *s,
 		e = -EPROTO;
 	}
 	if (!e)
-		take_info(m, r);
+		ks_follow_take_info(m, r);
 	json_object_put(r);
 	return e;
 }

@@ -167,8 +167,11 @@ migrate_tcp() {
 		r=$(q "$1" '{"execute":"query-migrate"}')
 		# A VM that came in by migration answers "completed" (its
 		# incoming one's status) while its own runs: only its own
-		# completed migration has a downtime.
-		st=$(jq -r '.return | if .status == "completed" and (has("downtime") | not)
+		# completed migration has a downtime. QEMU 7.2 says
+		# "completed" before its total-time is worked out (0 until
+		# then): as lib/migrate_follow.c, wait for the figures.
+		st=$(jq -r '.return | if .status == "completed" and
+			((has("downtime") | not) or ((."total-time" // 0) == 0))
 			then "active" else .status // empty end' <<<"$r" 2>/dev/null)
 		case $st in
 		completed)

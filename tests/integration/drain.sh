@@ -134,8 +134,10 @@ while (queue or running) and time.monotonic() - t0 < budget:
         abort = sched[pid].get('abort_after_s')
         # A VM that came in by migration answers "completed" (its
         # incoming one's status) while its own runs: only a migration
-        # of its own that completed has a downtime.
-        if st == 'completed' and 'downtime' not in q:
+        # of its own that completed has a downtime. QEMU 7.2 says
+        # "completed" before its total-time is worked out (0 until
+        # then): as lib/migrate_follow.c, wait for the figures.
+        if st == 'completed' and ('downtime' not in q or not q.get('total-time')):
             st = 'active'
         if st == 'completed':
             res[pid].update(status='completed', seconds=q['total-time'] / 1000.0,

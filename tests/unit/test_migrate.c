@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * The migration settings (names, values, defaults per QEMU version, the
- * options over QEMU's) and the multifd model's accounting per version.
+ * options over QEMU's), the multifd model's accounting per version, and
+ * how `follow` reads QEMU's query-migrate.
  */
 #include <math.h>
 
+#include <json-c/json.h>
+
 #include "unit.h"
 #include "../../lib/mem_internal.h"
+#include "kvmstats_follow.h"
 
 static void test_names(void **state)
 {
@@ -86,12 +90,49 @@ static void test_multifd_accounting(void **state)
 	assert_true(fabs(ks_multifd_bandwidth(&s10) - (32 << 20) - 4 * 5242880.0) < 1);
 }
 
+/* follow: what a query-migrate answer says about the migration. */
+static enum kvmstats_migst status_of(const char *answer, uint64_t *total_ms)
+{
+	struct json_object *r = json_tokener_parse(answer);
+	struct kvmstats_migration m;
+
+	assert_non_null(r);
+	ks_follow_take_info(&m, r);
+	json_object_put(r);
+	*total_ms = (m.have & KVMSTATS_MIGF_TOTAL_TIME) ? m.total_time_ms : UINT64_MAX;
+	return m.status;
+}
+
+static void test_follow_completed(void **state)
+{
+	uint64_t ms;
+
+	(void)state;
+	assert_int_equal(status_of("{\"status\":\"completed\",\"total-time\":1740,"
+				   "\"downtime\":31,\"setup-time\":2}", &ms),
+			 KVMSTATS_MIGST_COMPLETED);
+	assert_int_equal(ms, 1740);
+	/* QEMU 7.2, between its "completed" and its accounting. */
+	assert_int_equal(status_of("{\"status\":\"completed\",\"total-time\":0,"
+				   "\"downtime\":0,\"setup-time\":2}", &ms),
+			 KVMSTATS_MIGST_ACTIVE);
+	/* A VM that came in by migration, its own under way. */
+	assert_int_equal(status_of("{\"status\":\"completed\",\"total-time\":900,"
+				   "\"expected-downtime\":300}", &ms),
+			 KVMSTATS_MIGST_ACTIVE);
+	assert_int_equal(status_of("{\"status\":\"active\",\"total-time\":900,"
+				   "\"expected-downtime\":300}", &ms),
+			 KVMSTATS_MIGST_ACTIVE);
+	assert_int_equal(ms, 900);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_defaults_and_overrides),
 		cmocka_unit_test(test_multifd_accounting),
+		cmocka_unit_test(test_follow_completed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
