@@ -211,13 +211,13 @@ struct ks_qmp;
 void ks_migrate_qmp(struct ks_qmp *q, uint64_t deadline,
 		    struct kvmstats_migrate_settings *s);
 void ks_migrate_defaults(struct kvmstats_migrate_settings *s);
+void ks_migrate_override(struct kvmstats_migrate_settings *s,
+			 const struct kvmstats_migrate_overrides *o);
 
-/* lib/migrate_follow.c: one query-migrate answer @r as a migration. */
+/* migrate_follow.c: one query-migrate answer @r as a migration. */
 struct json_object;
 struct kvmstats_migration;
 void ks_follow_take_info(struct kvmstats_migration *m, struct json_object *r);
-void ks_migrate_override(struct kvmstats_migrate_settings *s,
-			 const struct kvmstats_migrate_overrides *o);
 
 /* migrate_compress.c: compress a sample of @pg's non-zero pages as a
  * multifd channel would (bounded: at most @max_pages pages, @max_s s). */

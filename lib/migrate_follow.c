@@ -225,11 +225,25 @@ static void take_status(struct kvmstats_migration *m, struct json_object *r)
 	snprintf(m->error, sizeof(m->error), "%s", s ? s : "");
 }
 
-/* Not over yet, whatever QEMU's status word says (see its callers). */
-static void still_active(struct kvmstats_migration *m)
+/* Is QEMU's "completed" not yet the end of a migration of its own? */
+static bool completed_too_soon(const struct kvmstats_migration *m)
 {
-	m->status = KVMSTATS_MIGST_ACTIVE;
-	snprintf(m->status_name, sizeof(m->status_name), "active");
+	if (m->status != KVMSTATS_MIGST_COMPLETED)
+		return false;
+	/* A VM that came in by migration answers its incoming migration's
+	 * status, "completed", over that of a migration of its own under
+	 * way (qmp_query_migrate fills the destination's state last); only
+	 * an active migration of its own gives an expected downtime. */
+	if ((m->have & KVMSTATS_MIGF_EXPECTED_DOWNTIME) &&
+	    !(m->have & KVMSTATS_MIGF_DOWNTIME))
+		return true;
+	/* QEMU 7.2's migration thread says "completed" before it works out
+	 * total-time and downtime (migration_calculate_complete runs next,
+	 * under the BQL; later QEMUs set all three at once): in between
+	 * they read 0. The figures are not there yet; the next poll has them
+	 * (seen in the lab: a 1.7 s migration "completed" in 0 s). */
+	return (m->have & KVMSTATS_MIGF_TOTAL_TIME) && !m->total_time_ms &&
+	       !m->downtime_ms;
 }
 
 static void take_ram(struct kvmstats_migration *m, struct json_object *ram)
@@ -295,23 +309,10 @@ void ks_follow_take_info(struct kvmstats_migration *m, struct json_object *r)
 	if (json_object_object_get_ex(r, "ram", &ram) &&
 	    json_object_is_type(ram, json_type_object))
 		take_ram(m, ram);
-	/* A VM that came in by migration answers its incoming migration's
-	 * status, "completed", over that of a migration of its own under
-	 * way (qmp_query_migrate fills the destination's state last); only
-	 * an active migration of its own gives an expected downtime. */
-	if (m->status == KVMSTATS_MIGST_COMPLETED &&
-	    (m->have & KVMSTATS_MIGF_EXPECTED_DOWNTIME) &&
-	    !(m->have & KVMSTATS_MIGF_DOWNTIME))
-		still_active(m);
-	/* QEMU 7.2's migration thread says "completed" before it works out
-	 * total-time and downtime (migration_calculate_complete runs next,
-	 * under the BQL; later QEMUs set all three at once): in between
-	 * they read 0. The figures are not there yet; the next poll has them
-	 * (seen in the lab: a 1.7 s migration "completed" in 0 s). */
-	if (m->status == KVMSTATS_MIGST_COMPLETED &&
-	    (m->have & KVMSTATS_MIGF_TOTAL_TIME) && !m->total_time_ms &&
-	    !m->downtime_ms)
-		still_active(m);
+	if (completed_too_soon(m)) {
+		m->status = KVMSTATS_MIGST_ACTIVE;
+		snprintf(m->status_name, sizeof(m->status_name), "active");
+	}
 }
 
 /* One exchange on one socket. */
