@@ -395,7 +395,7 @@ struct kvmstats_migrate_input {
 	uint32_t npoints;
 	double bandwidth;	/* bytes/s; 0: KVMSTATS_QEMU_MAX_BANDWIDTH */
 	double downtime_s;	/* 0: KVMSTATS_QEMU_DOWNTIME_MS */
-	uint32_t max_passes;	/* 0: 30 */
+	uint32_t max_passes;	/* 0: 1000 syncs */
 	/* The zero estimate's interval (pages); both 0: zero_pages is exact. */
 	double zero_lo, zero_hi;
 };

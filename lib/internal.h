@@ -282,4 +282,12 @@ static inline uint64_t ks_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* QEMU's pre-copy (migrate_model.c, shared with migrate_drain.c): its
+ * rate limit is a budget per 100 ms window, the migration thread reads its
+ * pending estimate once per window; the pages of the bitmap still set
+ * when that estimate first falls under @thr pages, windows of @win pages
+ * apart, which a sync of the bitmap keeps pending. */
+#define KS_MIG_WINDOW_S 0.1
+double ks_mig_leftover(double thr, double win);
+
 #endif

@@ -6,13 +6,14 @@
  * Each running migration is QEMU's pre-copy pass by pass, as
  * migrate_model.c computes it for one VM at a constant bandwidth, but
  * with the bandwidth changing at every start and finish: a pass sends
- * its bytes at whatever rate the VM has while it runs; the next pass is
- * the pages the guest dirtied during it (the VM's dirty curve at the
- * pass's length); the stop-and-copy comes when that fits in the current
- * bandwidth x downtime-limit. At a constant bandwidth the two agree (the
- * unit tests check it). A migration whose passes stop shrinking (by 5%,
- * the model's rule) never ends at that bandwidth: it waits for a bigger
- * share or its abort.
+ * its bytes at whatever rate the VM has while it runs, but for the
+ * leftover QEMU still holds when it syncs the bitmap; the next pass is
+ * that leftover and the pages the guest dirtied during the pass (the
+ * VM's dirty curve at the pass's length); the stop-and-copy comes when
+ * they fit in the current bandwidth x downtime-limit. At a constant
+ * bandwidth the two agree (the unit tests check it). A migration whose
+ * passes stop shrinking (by 1%, the model's rule) never ends at that
+ * bandwidth: it waits for a bigger share or its abort.
  */
 #include <errno.h>
 #include <math.h>
@@ -49,6 +50,7 @@ struct mig {
 	const struct kvmstats_dirty_point *curve;
 	enum phase ph;
 	double setup_left, left, pass_b, pass_t, sent;
+	double pass_pg;		/* pages of the pass, its leftover included */
 	uint32_t passes;
 	bool stuck;		/* the last pass did not shrink */
 	double start, end, abort_at;
@@ -91,30 +93,61 @@ static void mig_start(struct mig *m, const struct dvm *v, int curve, double now,
 	m->left = m->pass_b;
 	m->passes = 1;
 	m->start = now;
+	m->pass_pg = v->cap;
 	m->end = INFINITY;
 	m->abort_at = abort_per_gib < 0 ? INFINITY :
 		      now + abort_per_gib * (double)v->in.memory_bytes / GIB;
 }
 
-/* The pass under way has been sent, at @bw: the next one, or the end. */
+/* Bytes of the pass under way that QEMU still holds when it syncs the
+ * bitmap at @bw (none in the stop and copy): its leftover. */
+static double hold(const struct mig *m, double bw)
+{
+	double per = m->pass_pg > 0 ? m->pass_b / m->pass_pg : 0, l;
+
+	if (m->ph == P_FINAL || per <= 0 || bw <= 0)
+		return 0;
+	l = ks_mig_leftover(bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
+			    bw * KS_MIG_WINDOW_S / per);
+	l = (l < m->pass_pg ? l : m->pass_pg) * per;
+	return l < m->left ? l : m->left;
+}
+
+/* The pass under way has been sent but its leftover, at @bw: the sync
+ * adds the pages dirtied during it to that leftover; the next pass, or
+ * the stop and copy when they fit in bw x downtime-limit, or the end. */
 static void end_of_pass(struct mig *m, double bw)
 {
 	const struct kvmstats_migrate_input *in = &m->v->in.model;
-	double pending, next;
+	double d, pend, per = m->pass_pg > 0 ? m->pass_b / m->pass_pg : 0;
+	double sent = m->pass_b - m->left;
 
 	if (m->ph == P_FINAL) {
 		m->ph = P_DONE;
 		return;
 	}
-	pending = in->npoints ? kvmstats_dirty_curve_at(m->curve, in->npoints,
-							m->pass_t, m->v->cap) : 0;
-	next = pass_bytes(in, 0, pending, pending > 0 ? in->nblocks : 0);
-	if (pending * KVMSTATS_PAGE_SIZE <= bw * m->v->downtime_s)
+	d = in->npoints ? kvmstats_dirty_curve_at(m->curve, in->npoints,
+						  m->pass_t, m->v->cap) : 0;
+	pend = (per > 0 ? m->left / per : 0) + d;
+	m->pass_b = m->left + pass_bytes(in, 0, d, d > 0 ? in->nblocks : 0);
+	m->pass_pg = pend;
+	m->left = m->pass_b;
+	if (pend * KVMSTATS_PAGE_SIZE < bw * m->v->downtime_s)
 		m->ph = P_FINAL;
-	m->stuck = m->ph != P_FINAL && next >= m->pass_b * 0.95;
-	m->pass_b = m->left = next;
+	m->stuck = m->ph != P_FINAL && m->pass_b - hold(m, bw) >= sent * 0.99;
 	m->pass_t = 0;
 	m->passes++;
+}
+
+/* Send what @m sends before its next sync at @bw: seconds it takes. */
+static double to_sync(struct mig *m, double bw)
+{
+	double x = m->left - hold(m, bw);
+
+	m->sent += x;
+	m->left -= x;
+	m->pass_t += x / bw;
+	return x / bw;
 }
 
 /* Run @m for @dt seconds at @bw. */
@@ -130,7 +163,7 @@ static void mig_advance(struct mig *m, double bw, double dt)
 		m->ph = P_COPY;
 	}
 	while (dt > 0 && (m->ph == P_COPY || m->ph == P_FINAL)) {
-		double x = bw > 0 ? m->left / bw : INFINITY;
+		double x = bw > 0 ? (m->left - hold(m, bw)) / bw : INFINITY;
 
 		if (x > dt) {
 			m->left -= bw * dt;
@@ -138,10 +171,7 @@ static void mig_advance(struct mig *m, double bw, double dt)
 			m->pass_t += dt;
 			return;
 		}
-		dt -= x;
-		m->sent += m->left;
-		m->pass_t += x;
-		m->left = 0;
+		dt -= to_sync(m, bw);
 		end_of_pass(m, bw);
 	}
 }
@@ -160,8 +190,7 @@ static double mig_time_left(const struct mig *m, double bw)
 	for (uint32_t i = 0; i < MAX_PASSES && c.ph != P_DONE; i++) {
 		bool was_final = c.ph == P_FINAL;
 
-		t += c.left / bw;
-		c.pass_t += c.left / bw;
+		t += to_sync(&c, bw);
 		end_of_pass(&c, bw);
 		if (!was_final && c.stuck && (i > 0 || m->pass_t == 0))
 			return INFINITY;

@@ -21,24 +21,39 @@
  *    the same block set RAM_SAVE_FLAG_CONTINUE instead;
  *  - every pass ends with RAM_SAVE_FLAG_EOS, a be64;
  *  - the first pass sends every page of every migratable block (its used
- *    length); each later pass sends the pages whose dirty bit was set
- *    during the previous one (KVM's dirty log, synced between passes);
- *  - migration_iteration_run() completes when the pending dirty memory
- *    (pages x TARGET_PAGE_SIZE) is at most bandwidth x downtime-limit: the
- *    VM is stopped and the rest sent; the transfer is rate-limited to
- *    max-bandwidth (128 MiB/s by default in 7.2), downtime-limit is 300
- *    ms by default;
+ *    length); later pages are those whose dirty bit was set by a sync of
+ *    the bitmap with KVM's dirty log;
+ *  - the bitmap is synced only when the pending estimate (the bits still
+ *    set, x TARGET_PAGE_SIZE) falls under the threshold: 7.2's
+ *    ram_save_pending() syncs only then, 8.0+'s migration_iteration_run()
+ *    calls the exact (syncing) estimate only then. The pages still set at
+ *    that moment stay pending: the sync adds the pages dirtied since the
+ *    previous sync to them;
+ *  - the estimate is read once per iteration, and an iteration sends
+ *    until the rate limit's budget for its BUFFER_DELAY window (100 ms)
+ *    is spent: the pages left when it falls under the threshold are
+ *    between threshold - one window's pages and the threshold;
+ *  - migration_iteration_run() completes when the pending memory after a
+ *    sync is under the threshold: threshold_size, the bandwidth QEMU
+ *    measured over the last window (what ran, multifd's included) x
+ *    downtime-limit. The VM is stopped and the rest sent; the transfer is
+ *    rate-limited to max-bandwidth (128 MiB/s by default in 7.2),
+ *    downtime-limit is 300 ms by default;
  *  - without auto-converge (off by default) a guest that dirties memory
  *    as fast as it is sent never completes.
  *
  * So: pass 0 sends zero x 9 + (nonzero + unknown) x 4104 bytes (unknown
- * pages, swapped out, are counted as normal: the worst case) in
- * t0 = bytes / bandwidth; pass k+1 sends the pages dirtied within t_k,
- * read off the measured dirty curve, as normal pages; stop when that is
- * under the downtime threshold, or declare non-convergence when a pass
- * stops shrinking (with auto-converge: and the throttle is at its most).
- * Dirtied pages are assumed non-zero. With postcopy-ram, when the pages
- * dirtied during pass 0 do not fit in the downtime, the migration
+ * pages, swapped out, are counted as normal: the worst case), all but
+ * the leftover L (threshold - half a window's pages, at pass 0's mean
+ * cost per page) before the first sync; each sync adds the pages dirtied
+ * since the previous one (read off the measured dirty curve, as normal
+ * pages) to what was left; QEMU stops when that sum is under the
+ * threshold, so a converging guest must dirty less than about half a
+ * window's pages between two syncs, not merely less than the threshold.
+ * Non-convergence: the rounds between syncs stop shrinking (with
+ * auto-converge: and the throttle is at its most). Dirtied pages are
+ * assumed non-zero and disjoint from the leftover. With postcopy-ram,
+ * when the first sync leaves more than the threshold, the migration
  * switches to post-copy there instead.
  */
 #include <errno.h>
@@ -52,6 +67,10 @@
 /* Setup and switch-over of an idle guest, beyond its bytes at the
  * bandwidth: measured 70-90 ms on QEMU 7.2 and 10.0 (256 MiB guests). */
 #define KS_MIG_SETUP_S 0.07
+
+/* Syncs after which a migration that still shrinks is called
+ * non-converging (it would take hours). */
+#define KS_MIG_MAX_SYNCS 1000
 
 /* ---- the model ---- */
 
@@ -109,21 +128,21 @@ struct mech {
 	double wire;		/* running total over the wire */
 };
 
-static double pass_cost(struct mech *m, double zero, double normal, double blocks)
+static double pass_cost(const struct mech *m, double zero, double normal,
+			double blocks, double *wire)
 {
 	struct ks_mig_pages pg = { zero, normal, blocks };
-	double reported, wire;
+	double reported;
 
 	if (!m->s || !m->s->multifd) {
 		reported = pass_bytes(m->in, zero, normal, blocks);
 		if (m->s && m->s->zero_detect == KVMSTATS_MIG_ZERO_NONE &&
 		    m->s->qemu_major >= 9)
 			reported = pass_bytes(m->in, 0, zero + normal, blocks);
-		m->wire += reported;
+		*wire = reported;
 		return reported;
 	}
-	ks_multifd_pass(m->s, m->c, &pg, &reported, &wire);
-	m->wire += wire;
+	ks_multifd_pass(m->s, m->c, &pg, &reported, wire);
 	return reported;
 }
 
@@ -148,7 +167,9 @@ struct run {
 	struct mech m;
 	struct ks_throttle th;
 	double bw, thr, cap, rate;
-	double bytes, t;		/* the last pass */
+	double bytes, t;	/* sent since the last sync, and in what time */
+	double left, left_b, left_w;	/* pages (bytes reported, on the wire)
+					 * not sent at it */
 	double total_b, total_t;
 };
 
@@ -183,57 +204,94 @@ static void switch_to_postcopy(struct run *r, double pending,
 	out->passes = 1;
 	out->downtime_s = pc.downtime_s;
 	out->final_bytes = (uint64_t)pc.switch_bytes;
+	/* What pass 0 had left at the first sync goes in post-copy too. */
+	pc.bytes += r->left_b;
+	pc.seconds = pc.bytes / pc.bw;
 	out->postcopy_s = pc.seconds;
 	out->postcopy_bytes = (uint64_t)pc.bytes;
 	out->postcopy_bw = pc.bw;
 	r->m.wire += pc.bytes;
 	r->total_b += pc.bytes;
 	r->total_t += pc.downtime_s + pc.seconds;
-	snprintf(out->note, sizeof(out->note), "post-copy after the first pass: "
+	snprintf(out->note, sizeof(out->note), "post-copy at the first sync: "
 		 "%.0f ms downtime, then %.2f s of post-copy (%.0f MiB the guest "
 		 "faults in)%s", pc.downtime_s * 1e3, pc.seconds,
 		 pc.bytes / 1048576.0, r->s->postcopy_bw > 0 ? "" :
 		 "; max-postcopy-bandwidth unlimited: taken as max-bandwidth");
 }
 
-/* The pre-copy passes after the first: true when it converges. */
+/* The estimate is read at a phase uniform over a window, and a window
+ * sends what is left when that is less than @win: the mean leftover. */
+double ks_mig_leftover(double thr, double win)
+{
+	if (win <= 0)
+		return thr;
+	return win <= thr ? thr - win / 2 : thr * thr / (2 * win);
+}
+
+/* Up to the next sync: of @pages pending (@b bytes reported, @w on the
+ * wire), send all but the leftover; the rest waits for the sync. */
+static void send_to_sync(struct run *r, double pages, double normal, double b,
+			 double w)
+{
+	double per = pages > 0 ? b / pages : 0,
+	       perw = pages > 0 ? w / pages : 0;
+	double win = per > 0 ? r->rate * KS_MIG_WINDOW_S / per : pages;
+	double left = ks_mig_leftover(r->thr / KS_PAGE, win);
+
+	if (left > pages)
+		left = pages;
+	r->left = left;
+	r->left_b = left * per;
+	r->left_w = left * perw;
+	r->bytes = b - r->left_b;
+	r->t = pass_seconds(r, r->bytes,
+			    pages > 0 ? normal * (1 - left / pages) : 0);
+	r->m.wire += w - r->left_w;
+}
+
+/* The pre-copy rounds after the first sync: true when it converges. */
 static bool precopy(struct run *r, uint32_t maxp,
 		    struct kvmstats_migrate_prediction *out)
 {
 	for (;;) {
-		double pending, next_b, next_t;
+		double d, pend, pend_b, pend_w, prev = r->bytes;
 
 		if (r->th.pct)
 			r->th.throttled_s += r->t;
-		pending = dirtied(r, r->t);
-		ks_throttle_sync(&r->th, r->s, r->total_t, r->bytes, pending);
-		next_b = pass_cost(&r->m, 0, pending, pending > 0 ? r->in.nblocks : 0);
-		next_t = pass_seconds(r, next_b, pending);
-		if (pending * KS_PAGE <= r->thr) {
+		d = dirtied(r, r->t);
+		ks_throttle_sync(&r->th, r->s, r->total_t, r->bytes, d);
+		pend = r->left + d;
+		pend_b = r->left_b + pass_cost(&r->m, 0, d,
+					       d > 0 ? r->in.nblocks : 0,
+					       &pend_w);
+		pend_w += r->left_w;
+		if (pend * KS_PAGE < r->thr) {
 			/* Stop and copy: the rest, with the VM paused. */
-			out->final_bytes = (uint64_t)next_b;
-			out->downtime_s = next_t;
-			r->total_b += next_b;
-			r->total_t += next_t;
+			out->final_bytes = (uint64_t)pend_b;
+			out->downtime_s = pass_seconds(r, pend_b, pend);
+			r->total_b += pend_b;
+			r->total_t += out->downtime_s;
+			r->m.wire += pend_w;
 			out->passes++;
 			return true;
 		}
+		send_to_sync(r, pend, pend, pend_b, pend_w);
+		r->total_b += r->bytes;
+		r->total_t += r->t;
+		out->passes++;
 		/* While auto-converge can still throttle harder, go on. */
-		if ((next_b >= r->bytes * 0.95 &&
+		if ((r->bytes >= prev * 0.99 &&
 		     (!r->th.on || r->th.pct >= ks_throttle_max(r->s))) ||
 		    out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
-				 "pass %u would still send %.0f MiB (%.0f pages "
-				 "dirtied in %.2f s) > %.0f MiB allowed in the "
-				 "downtime", out->passes + 1, next_b / 1048576.0,
-				 pending, r->t, r->thr / 1048576.0);
+				 "after %u syncs %.0f MiB are still dirty (%.0f "
+				 "pages dirtied in %.2f s) > %.0f MiB allowed in "
+				 "the downtime", out->passes,
+				 pend * KS_PAGE / 1048576.0, d, r->t,
+				 r->thr / 1048576.0);
 			return false;
 		}
-		r->total_b += next_b;
-		r->total_t += next_t;
-		r->bytes = next_b;
-		r->t = next_t;
-		out->passes++;
 	}
 }
 
@@ -244,7 +302,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   struct kvmstats_migrate_detail *d)
 {
 	struct run r = { .s = s, .th = { .on = s && s->auto_converge } };
-	double normal;
+	double normal, first, wire;
 	uint32_t maxp;
 	int err = ks_opts_copy(&r.in, sizeof(r.in), input);
 
@@ -252,26 +310,34 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	r.m = (struct mech){ &r.in, s, c, 0 };
-	r.bw = r.in.bandwidth > 0 ? r.in.bandwidth : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
-	r.thr = r.bw * (r.in.downtime_s > 0 ? r.in.downtime_s :
-					       KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
+	r.bw = r.in.bandwidth > 0 ? r.in.bandwidth
+				  : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
 	/* The rate the transfer runs at: multifd's can exceed the limit. */
-	r.rate = s && s->multifd ? ks_multifd_bandwidth(s) * r.bw / s->bandwidth : r.bw;
-	maxp = r.in.max_passes ? r.in.max_passes : r.th.on ? 300 : 30;
-	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages + r.in.unknown_pages);
+	r.rate = s && s->multifd ? ks_multifd_bandwidth(s) * r.bw / s->bandwidth
+				 : r.bw;
+	/* QEMU's threshold is the bandwidth it measured (what ran), or
+	 * avail-switchover-bandwidth where set (8.2+), times downtime-limit. */
+	r.thr = (s && s->switchover_bw > 0 ? s->switchover_bw : r.rate) *
+		(r.in.downtime_s > 0 ? r.in.downtime_s
+				     : KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
+	maxp = r.in.max_passes ? r.in.max_passes : KS_MIG_MAX_SYNCS;
+	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages +
+			 r.in.unknown_pages);
 	out->assumed_clean = !r.in.curve || !r.in.npoints;
 	if (!out->assumed_clean && r.in.curve[r.in.npoints - 1].t > 0)
-		out->dirty_pages_per_second = r.in.curve[r.in.npoints - 1].pages /
-					      r.in.curve[r.in.npoints - 1].t;
+		out->dirty_pages_per_second =
+			r.in.curve[r.in.npoints - 1].pages /
+			r.in.curve[r.in.npoints - 1].t;
 
 	normal = (double)(r.in.nonzero_pages + r.in.unknown_pages);
-	r.bytes = pass_cost(&r.m, (double)r.in.zero_pages, normal, r.in.nblocks);
-	r.t = pass_seconds(&r, r.bytes, normal);
-	out->first_pass_bytes = (uint64_t)r.bytes;
+	first = pass_cost(&r.m, (double)r.in.zero_pages, normal, r.in.nblocks,
+			  &wire);
+	out->first_pass_bytes = (uint64_t)first;
+	send_to_sync(&r, r.cap, normal, first, wire);
 	r.total_b = r.bytes + (s ? ks_migrate_fixed_bytes(s) : 0);
 	r.total_t = r.t + (s ? KS_MIG_SETUP_S : 0);
 	out->passes = 1;
-	if (s && s->postcopy && dirtied(&r, r.t) * KS_PAGE > r.thr)
+	if (s && s->postcopy && (r.left + dirtied(&r, r.t)) * KS_PAGE >= r.thr)
 		switch_to_postcopy(&r, dirtied(&r, r.t), out);
 	else
 		out->converges = precopy(&r, maxp, out);
@@ -281,12 +347,16 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->max_throttle = r.th.max;
 		d->throttled_s = r.th.throttled_s;
 		d->effective_bw = r.rate;
-		d->wire_bytes = (uint64_t)(r.m.wire + (s ? ks_migrate_fixed_bytes(s) : 0));
+		d->wire_bytes = (uint64_t)(r.m.wire +
+					   (s ? ks_migrate_fixed_bytes(s) : 0));
 	}
 	if (out->converges && !out->postcopy)
-		snprintf(out->note, sizeof(out->note), "%u passes, %.0f ms downtime%s",
-			 out->passes, out->downtime_s * 1e3,
-			 out->assumed_clean ? "; assumed a clean guest (no dirty rate)" : "");
+		snprintf(out->note, sizeof(out->note),
+			 "%u passes, %.0f ms downtime%s", out->passes,
+			 out->downtime_s * 1e3,
+			 out->assumed_clean
+				 ? "; assumed a clean guest (no dirty rate)"
+				 : "");
 	return 0;
 }
 

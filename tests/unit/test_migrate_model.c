@@ -33,6 +33,16 @@ static struct kvmstats_migrate_input input(const struct kvmstats_dirty_point *c)
 	};
 }
 
+/* What QEMU has left of the bitmap at a sync: its estimate is read once a
+ * 100 ms window (BW / 10 bytes of pages at @per bytes each), and falls
+ * under the threshold (BW x 0.3 s in pages of 4096) somewhere in one. */
+static double leftover(double per)
+{
+	double w = BW / 10 / per, thr = BW * 0.3 / 4096;
+
+	return w <= thr ? thr - w / 2 : thr * thr / (2 * w);
+}
+
 static void predict(double rate, double spread, struct kvmstats_migrate_prediction *p)
 {
 	struct kvmstats_dirty_point c[4];
@@ -104,7 +114,7 @@ static void test_postcopy(void **state)
 	struct kvmstats_dirty_point c[4];
 	struct kvmstats_migrate_prediction p, fast;
 	struct kvmstats_migrate_input in;
-	double first_s, dirty;
+	double first_s, dirty, left;
 
 	(void)state;
 	ks_migrate_defaults(&s);
@@ -118,9 +128,14 @@ static void test_postcopy(void **state)
 	assert_true(p.converges);
 	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
 	assert_int_equal(p.passes, 1);
-	first_s = (double)p.first_pass_bytes / BW;
+	/* The switch at the first sync: pass 0 but its leftover sent, then
+	 * post-copy sends the leftover and the pages dirtied until then. */
+	left = leftover((double)p.first_pass_bytes / 65536) *
+	       p.first_pass_bytes / 65536;
+	first_s = ((double)p.first_pass_bytes - left) / BW;
 	dirty = 10000 * first_s;
-	assert_true(fabs((double)p.postcopy_bytes - (dirty * 4104 + 8)) < 2);
+	assert_true(fabs((double)p.postcopy_bytes - (dirty * 4104 + 8 + left)) <
+		    2);
 	/* max-postcopy-bandwidth 0 is unlimited: taken as max-bandwidth. */
 	assert_true(fabs(p.postcopy_bw - BW) < 1);
 	assert_true(fabs(p.postcopy_s - ((double)p.postcopy_bytes / BW)) < 1e-6);
@@ -168,6 +183,121 @@ static void test_auto_converge_limit(void **state)
 	assert_int_equal(d.max_throttle, 50);
 }
 
+/* QEMU syncs the bitmap only when its estimate falls under the
+ * threshold, and what is still pending then stays pending: a sync stops
+ * pre-copy only when the pages dirtied since the previous one fit in
+ * what the leftover leaves of the threshold (half a window's pages), not
+ * the whole threshold. A linear guest's rounds shrink by q = its rate
+ * over the bandwidth's pages, from D1 (dirtied during pass 0) until they
+ * are under half a window. */
+static void test_sync_at_threshold(void **state)
+{
+	struct kvmstats_migrate_prediction p;
+	double win = BW / 10 / 4104, thr = BW * 0.3 / 4096,
+	       left = leftover(4104);
+	double q = 7168 * 4104 / BW, d1, want;
+
+	(void)state;
+	predict(7168, 0, &p);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	d1 = 7168 * (double)p.first_pass_bytes / BW;
+	want = ceil(log(d1 / (win / 2)) / log(1 / q));
+	/* pass 0, the rounds, the stop and copy (+-1: the first round
+	 * starts from pass 0's smaller leftover). */
+	assert_true(p.passes >= want + 1 && p.passes <= want + 3);
+	/* Stopping at D < threshold would take 9 rounds fewer. */
+	assert_true(p.passes > ceil(log(d1 / thr) / log(1 / q)) + 6);
+	/* The stop and copy sends the leftover and what was dirtied since. */
+	assert_true((double)p.final_bytes >= left * 4104);
+	assert_true((double)p.final_bytes < thr * 4104);
+}
+
+/* The threshold is the bandwidth QEMU measured (multifd's, beyond
+ * max-bandwidth) or avail-switchover-bandwidth where set. */
+static void test_threshold_bandwidth(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 10};
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_prediction p;
+	struct kvmstats_migrate_input in;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.bandwidth = BW;
+	s.downtime_s = 0.3;
+	linear_curve(c, 9000, 0); /* over the 8176 pages/s sent */
+	in = input(c);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, NULL), 0);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_NO);
+	/* Told the switchover may use 40x: 384 MiB, the whole 256 MiB guest,
+	 * fit in the downtime. */
+	s.switchover_bw = 40 * BW;
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, NULL), 0);
+	assert_int_equal(p.verdict, KVMSTATS_VERDICT_CONVERGES);
+	assert_int_equal(p.passes, 2);
+	assert_true(p.downtime_s > 0.3);
+}
+
+/* Multifd's rate limit is on the total, never per channel: 7.2 accounts
+ * a packet against the main channel's limit when it hands it to a
+ * channel (one packet in hand beyond it, whatever the channels), 8.0+
+ * once a channel sent it (one packet per busy channel in flight). */
+static void test_multifd_rate(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 7, .qemu_minor = 2};
+	double packet = 128 * 4096 * 10.0, r2, r8;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.bandwidth = BW;
+	s.multifd = true;
+	s.channels = 2;
+	r2 = ks_multifd_bandwidth(&s);
+	s.channels = 8;
+	r8 = ks_multifd_bandwidth(&s);
+	assert_true(fabs(r2 - (BW + packet)) < 1 && fabs(r8 - r2) < 1);
+	s.qemu_major = 10;
+	s.qemu_minor = 0;
+	s.channels = 2;
+	assert_true(fabs(ks_multifd_bandwidth(&s) - (BW + 2 * packet)) < 1);
+	s.channels = 8;
+	assert_true(ks_multifd_bandwidth(&s) < 2 * BW);
+	assert_true(ks_multifd_bandwidth(&s) > BW + 2 * packet);
+}
+
+/* Auto-converge's schedule, as migration_trigger_throttle() runs it: a
+ * period ends at the first sync a second or more after it began; a period
+ * whose dirtied bytes exceed half the bytes sent in it counts, and every
+ * second such period starts the throttle at cpu-throttle-initial or
+ * raises it by cpu-throttle-increment, up to max-cpu-throttle. */
+static void test_throttle_schedule(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 7, .qemu_minor = 2};
+	struct ks_throttle th = {.on = true};
+	const double sent = 32e6, busy = 16e6 / 4096 + 1, quiet = 16e6 / 4096;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.throttle_max = 35;
+	ks_throttle_sync(&th, &s, 1.0, sent, busy);
+	assert_int_equal(th.pct, 0);
+	/* Within the second: no decision, the period goes on. */
+	ks_throttle_sync(&th, &s, 1.5, sent, busy);
+	assert_int_equal(th.pct, 0);
+	ks_throttle_sync(&th, &s, 2.0, sent, busy);
+	assert_int_equal(th.pct, 20);
+	/* Exactly half is not over the threshold. */
+	ks_throttle_sync(&th, &s, 3.0, sent, quiet);
+	ks_throttle_sync(&th, &s, 4.0, sent, busy);
+	assert_int_equal(th.pct, 20);
+	ks_throttle_sync(&th, &s, 5.0, sent, busy);
+	assert_int_equal(th.pct, 30);
+	ks_throttle_sync(&th, &s, 6.0, sent, busy);
+	ks_throttle_sync(&th, &s, 7.0, sent, busy);
+	assert_int_equal(th.pct, 35);
+	assert_int_equal(th.max, 35);
+}
+
 /* Surely converging first, then uncertain, then not; by time within. */
 static void test_ranking(void **state)
 {
@@ -209,6 +339,10 @@ int main(void)
 		cmocka_unit_test(test_uncertain),
 		cmocka_unit_test(test_postcopy),
 		cmocka_unit_test(test_auto_converge_limit),
+		cmocka_unit_test(test_sync_at_threshold),
+		cmocka_unit_test(test_threshold_bandwidth),
+		cmocka_unit_test(test_multifd_rate),
+		cmocka_unit_test(test_throttle_schedule),
 		cmocka_unit_test(test_ranking),
 	};
 
