@@ -599,6 +599,8 @@ enum kvmstats_mig_key {
 	KVMSTATS_MIG_POSTCOPY,		/* capability postcopy-ram */
 	KVMSTATS_MIG_THROTTLE_MAX,	/* max-cpu-throttle */
 	KVMSTATS_MIG_POSTCOPY_BW,	/* max-postcopy-bandwidth */
+	KVMSTATS_MIG_THROTTLE_TRIGGER,	/* throttle-trigger-threshold */
+	KVMSTATS_MIG_THROTTLE_TAILSLOW,	/* cpu-throttle-tailslow */
 	KVMSTATS_MIG_NKEYS,
 };
 
@@ -619,6 +621,8 @@ struct kvmstats_migrate_settings {
 	enum kvmstats_mig_src src[KVMSTATS_MIG_NKEYS];
 	unsigned int throttle_max;	/* percent (99 by default) */
 	double postcopy_bw;		/* bytes/s; 0: unlimited (the default) */
+	unsigned int throttle_trigger;	/* percent (50 by default) */
+	bool throttle_tailslow;
 };
 
 /* What the caller says the migration will be run with (0 / -1: not

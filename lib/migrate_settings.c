@@ -9,6 +9,7 @@
  *    downtime-limit 300 ms, multifd-channels 2, multifd-compression none,
  *    multifd-zlib-level 1, multifd-zstd-level 1, cpu-throttle-initial 20,
  *    cpu-throttle-increment 10, max-cpu-throttle 99,
+ *    throttle-trigger-threshold 50, cpu-throttle-tailslow false,
  *    max-postcopy-bandwidth 0 (post-copy unlimited): unchanged from 7.2
  *    to 10.0;
  *  - zero-page-detection (9.0+): "multifd" by default (zero pages found
@@ -39,6 +40,8 @@ static const char *const key_names[KVMSTATS_MIG_NKEYS] = {
 	[KVMSTATS_MIG_POSTCOPY] = "postcopy-ram",
 	[KVMSTATS_MIG_THROTTLE_MAX] = "max-cpu-throttle",
 	[KVMSTATS_MIG_POSTCOPY_BW] = "max-postcopy-bandwidth",
+	[KVMSTATS_MIG_THROTTLE_TRIGGER] = "throttle-trigger-threshold",
+	[KVMSTATS_MIG_THROTTLE_TAILSLOW] = "cpu-throttle-tailslow",
 };
 
 static const char *const compress_names[] = {
@@ -132,6 +135,10 @@ int kvmstats_migrate_settings__value(const struct kvmstats_migrate_settings *s,
 		return snprintf(buf, len, "%u", s->throttle_max);
 	case KVMSTATS_MIG_POSTCOPY_BW:
 		return snprintf(buf, len, "%.0f", s->postcopy_bw);
+	case KVMSTATS_MIG_THROTTLE_TRIGGER:
+		return snprintf(buf, len, "%u", s->throttle_trigger);
+	case KVMSTATS_MIG_THROTTLE_TAILSLOW:
+		return snprintf(buf, len, "%s", yes(s->throttle_tailslow));
 	case KVMSTATS_MIG_NKEYS:
 		break;
 	}
@@ -153,6 +160,7 @@ void ks_migrate_defaults(struct kvmstats_migrate_settings *s)
 	s->throttle_initial = 20;
 	s->throttle_increment = 10;
 	s->throttle_max = 99;
+	s->throttle_trigger = 50;
 	s->zero_detect =
 		maj >= 9 ? KVMSTATS_MIG_ZERO_MULTIFD : KVMSTATS_MIG_ZERO_LEGACY;
 }
@@ -211,6 +219,7 @@ static void caps(struct kvmstats_migrate_settings *s, struct json_object *a)
 
 static void params(struct kvmstats_migrate_settings *s, struct json_object *o)
 {
+	struct json_object *j;
 	const char *str;
 	int64_t v;
 
@@ -259,6 +268,15 @@ static void params(struct kvmstats_migrate_settings *s, struct json_object *o)
 	if (get_int(o, "max-postcopy-bandwidth", &v)) {
 		s->postcopy_bw = (double)v;
 		s->src[KVMSTATS_MIG_POSTCOPY_BW] = KVMSTATS_MIG_SRC_QMP;
+	}
+	if (get_int(o, "throttle-trigger-threshold", &v) && v >= 1 && v <= 100) {
+		s->throttle_trigger = (unsigned int)v;
+		s->src[KVMSTATS_MIG_THROTTLE_TRIGGER] = KVMSTATS_MIG_SRC_QMP;
+	}
+	if (json_object_object_get_ex(o, "cpu-throttle-tailslow", &j) &&
+	    json_object_is_type(j, json_type_boolean)) {
+		s->throttle_tailslow = json_object_get_boolean(j);
+		s->src[KVMSTATS_MIG_THROTTLE_TAILSLOW] = KVMSTATS_MIG_SRC_QMP;
 	}
 	/* Both levels are read; the one of the compression in use counts. */
 	if (get_int(o,

@@ -296,6 +296,27 @@ static void test_throttle_schedule(void **state)
 	ks_throttle_sync(&th, &s, 7.0, sent, busy);
 	assert_int_equal(th.pct, 35);
 	assert_int_equal(th.max, 35);
+	/* throttle-trigger-threshold 60: 55% no longer counts. */
+	th = (struct ks_throttle){ .on = true };
+	s.throttle_trigger = 60;
+	for (int i = 1; i <= 4; i++)
+		ks_throttle_sync(&th, &s, i, sent, 0.55 * sent / 4096);
+	assert_int_equal(th.pct, 0);
+	/* Tailslow: at 20%, dirtying 40 MB for 32 MB sent (a threshold of
+	 * 16 MB), the CPU share that would match it is 80% x 16 / 40 = 32%:
+	 * a step of 48, more than the increment: 30. Dirtying 52% of the
+	 * sent: 80 - (int)(80 x 0.50 / 0.52) = 80 - 76, a step of 4: 24. */
+	s.throttle_trigger = 50;
+	s.throttle_max = 99;
+	s.throttle_tailslow = true;
+	th = (struct ks_throttle){ .on = true, .pct = 20, .period_t = 0 };
+	ks_throttle_sync(&th, &s, 1.0, sent, 40e6 / 4096);
+	ks_throttle_sync(&th, &s, 2.0, sent, 40e6 / 4096);
+	assert_int_equal(th.pct, 30);
+	th = (struct ks_throttle){ .on = true, .pct = 20, .period_t = 0 };
+	ks_throttle_sync(&th, &s, 1.0, sent, 0.52 * sent / 4096);
+	ks_throttle_sync(&th, &s, 2.0, sent, 0.52 * sent / 4096);
+	assert_int_equal(th.pct, 24);
 }
 
 /* Surely converging first, then uncertain, then not; by time within. */
