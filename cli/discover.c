@@ -59,6 +59,7 @@ struct discover {
 	bool has_scanner;
 	pthread_cond_t scan_cv;
 	bool scan_wanted;		/* asked by discover_scan() */
+	bool scanning;			/* the scanner is at it */
 	bool scanned;			/* a scan for discover_collect() */
 	pid_t *cand;			/* what it found */
 	int ncand;			/* or a negative errno */
@@ -139,9 +140,11 @@ static void *scanner(void *arg)
 		if (d->stop)
 			break;
 		d->scan_wanted = false;
+		d->scanning = true;
 		pthread_mutex_unlock(&d->mu);
 		n = kvmstats_proc__vmm_pids(&cand);
 		pthread_mutex_lock(&d->mu);
+		d->scanning = false;
 		free(d->cand);
 		d->cand = n < 0 ? NULL : cand;
 		d->ncand = n;
@@ -350,7 +353,8 @@ bool discover_busy(struct discover *d)
 	bool busy;
 
 	pthread_mutex_lock(&d->mu);
-	busy = in_flight(d) > 0;
+	busy = in_flight(d) > 0 || d->scan_wanted || d->scanning ||
+	       d->scanned;
 	pthread_mutex_unlock(&d->mu);
 	return busy;
 }

@@ -35,7 +35,8 @@ int discover_scan(struct discover *d);
  * claim and queue what the last discover_scan() found, once it is done.
  * Returns how many were added. */
 int discover_collect(struct discover *d);
-/* Anything queued, being opened or opened and not collected? */
+/* Anything queued, being opened or opened and not collected, or a scan
+ * asked for and not claimed among yet? */
 bool discover_busy(struct discover *d);
 
 /* Wait (without the host) until nothing is queued or being opened, at

@@ -321,15 +321,17 @@ static void report_errors(struct server *s)
 }
 
 /* Drop exited VMMs and queue the new ones: their opening (a QMP monitor
- * can take --timeout per exchange) is the workers' (discover.c), so the
- * scrape lock is held for a moment only. */
-static void refresh(struct server *s)
+ * can take --timeout per exchange) is the workers' (discover.c), and
+ * after the first the scan of /proc is the scanner's, so the scrape lock
+ * is held for a moment only. --pid VMMs need no scan. */
+static void refresh(struct server *s, bool first)
 {
 	uint64_t t0 = now_ns();
 	int n;
 
 	pthread_mutex_lock(&s->lock);
-	n = discover_refresh(s->disc);
+	n = first || s->targs->npids ? discover_refresh(s->disc) :
+	    discover_scan(s->disc);
 	s->refresh_ns = now_ns() - t0;
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
@@ -376,7 +378,7 @@ static void main_loop(struct server *s, const sigset_t *set)
 			continue;
 		collect(s);
 		if (now_ns() >= next) {
-			refresh(s);
+			refresh(s, false);
 			next = now_ns() + every;
 		}
 	}
@@ -748,7 +750,7 @@ static int run(struct server *s)
 	}
 	/* The VMMs that open at once are there at the first scrape; those
 	 * that take longer come in when ready, never holding it up. */
-	refresh(s);
+	refresh(s, true);
 	discover_wait(s->disc, START_WAIT_NS);
 	collect(s);
 	/* Counted now: once serving, the host is the scrapes' (under the lock). */

@@ -108,7 +108,11 @@ static void live_refresh(struct top_src *src, uint64_t now)
 	if (now < src->next_refresh)
 		return;
 	src->next_refresh = now + REFRESH_NS;
-	n = src->disc ? discover_refresh(src->disc) : first_scan(src);
+	/* After the first, /proc is scanned on the scanner's thread: a
+	 * frame waits for no scan. --pid VMMs need none. */
+	n = !src->disc ? first_scan(src) :
+	    src->args->npids ? discover_refresh(src->disc) :
+	    discover_scan(src->disc);
 	src->msg[0] = 0;
 	if (n < 0)
 		snprintf(src->msg, sizeof(src->msg), "scanning the host: %s",
