@@ -29,7 +29,9 @@
 # system's, and QEMU 10.0 from bookworm-backports, fetched by
 # tests/qemu/fetch.sh). nosan: not with the ASan+UBSan CLI. acceptance:
 # an issue's acceptance test the code does not meet yet, run only with
-# KVMSTATS_TEST_ACCEPTANCE=1. labqemu: a qemu script the lab runs with
+# KVMSTATS_TEST_ACCEPTANCE=1. lockdown: in the lab, a boot of its own
+# with the kernel locked down (lockdown=integrity: debugfs refuses KVM's
+# counter files), which a test of what is unknown needs. labqemu: a qemu script the lab runs with
 # every QEMU too where this machine has no KVM (see lab_items). Unit tests
 # carry the same tag in a C comment; without one a unit test needs no KVM
 # and an integration script needs one.
@@ -257,12 +259,20 @@ qemu_wrapper() {
 # lab_scripts WHAT: the integration scripts of a lab pass (all: every
 # one that needs a KVM; stock: what a non-stock KVM could not show).
 lab_scripts() {
-	if [ "$1" = all ]; then
-		scripts kvm
-	else
-		scripts kvm stock
-	fi
-	scripts stock-kvm
+	local t
+	for t in $(if [ "$1" = all ]; then scripts kvm; else scripts kvm stock; fi; scripts stock-kvm); do
+		tag "$t" lockdown || echo "$t"
+	done
+}
+
+# lockdown_item: the lab's locked-down boot (see lockdown above), as an
+# item "lockdown:once:SCRIPT,...", or nothing.
+lockdown_item() {
+	local t b=""
+	for t in $(scripts kvm lockdown); do
+		b="$b,$t"
+	done
+	[ -z "$b" ] || echo "lockdown:once:${b#,}"
 }
 
 # stack_items: a stack's pass in as few boots as its scripts allow: the
@@ -313,6 +323,7 @@ lab_items() {
 		echo units
 		# shellcheck disable=SC2046
 		batches once $(lab_scripts all)
+		lockdown_item
 	else
 		# shellcheck disable=SC2046
 		batches plain $(lab_scripts stock)
@@ -399,11 +410,16 @@ stack_passes() {
 	done
 }
 
-# lab_boot NAME ITEM KVMLAB-OPTIONS...: one boot of the lab for ITEM.
+# lab_boot NAME ITEM KVMLAB-OPTIONS...: one boot of the lab for ITEM
+# (lockdown:ITEM: with the kernel locked down).
 lab_boot() {
-	local name=$1 item=$2
+	local name=$1 item=$2 append=${KVMSTATS_LAB_APPEND:-}
 	shift 2
-	run "$name" 3600 tests/lab/kvmlab --npt "$NPT" --timeout 3500 "$@" \
+	case $item in
+	lockdown:*) item=${item#lockdown:} append="$append${append:+ }lockdown=integrity" ;;
+	esac
+	run "$name" 3600 env KVMSTATS_LAB_APPEND="$append" \
+		tests/lab/kvmlab --npt "$NPT" --timeout 3500 "$@" \
 		--env KVMSTATS_RUN_ITEM="$item" --env KVMSTATS_TEST_QEMUS="$QEMU_VERSIONS" \
 		-- bash tests/run.sh --inner
 }

@@ -5,10 +5,12 @@
 # field, serve leaves the series out and counts the failed reads in
 # kvmstats_source_read_errors_total. The unknown comes from a real
 # kernel: debugfs on a locked-down kernel refuses its counter files
-# (EPERM). Where the kernel lets debugfs be read, the same commands give
-# numbers instead, and the test says so.
+# (EPERM): the lab boots its kernel locked down for this test alone
+# (tests/run.sh, tag lockdown). Where the kernel lets debugfs be read
+# (a host's KVM), the same commands give numbers instead, and the test
+# says so.
 # SPDX-License-Identifier: GPL-2.0-or-later
-# kvmstats-test: needs=kvm
+# kvmstats-test: needs=kvm lockdown
 source "$(dirname "$0")/../lib.sh"
 require_kvm unknown
 
