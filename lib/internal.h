@@ -197,6 +197,16 @@ struct ks_source {
 int ks_kernel_schemas(struct kvmstats_ctx *ctx, struct kvmstats_schema **vm,
 		      struct kvmstats_schema **vcpu);
 
+/* The UUID libvirt gave a QEMU (-uuid on its command line) and the
+ * domain ID of the "domain-ID-NAME" directory it names (-1 when absent);
+ * -ENOENT when there is no -uuid: libvirt did not start it
+ * (source_libvirt.c, with libvirt only). */
+int ks_libvirt_cmdline(pid_t pid, char *uuid, size_t len, long *dom_id);
+/* Does the pid file libvirt keeps for domain @name (the system daemon's,
+ * @uri qemu:///system) name another process than @pid (then *other)? */
+bool ks_libvirt_pid_disagrees(const char *uri, const char *name, pid_t pid,
+			      pid_t *other);
+
 extern const struct ks_source ks_source_fd, ks_source_attach, ks_source_qmp,
 	ks_source_libvirt, ks_source_debugfs;
 

@@ -44,10 +44,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <libvirt/libvirt.h>
-#include <libvirt/virterror.h>
+#include "libvirt_int.h"
 
-#define DEFAULT_URI "qemu:///system"
+#define DEFAULT_URI KS_LIBVIRT_DEFAULT_URI
 #define SYSTEM_RUN "/run/libvirt"
 
 /* Shared by the opener, the readers and the thread; freed by the last. */
@@ -100,14 +99,13 @@ static void lv_put(struct lv_state *st)
 	free(st);
 }
 
-/* libvirt's default handler prints to stderr; a library never prints. */
-static void lv_quiet(void *arg, virErrorPtr err)
+void ks_libvirt_quiet(void *arg, virErrorPtr err)
 {
 	(void)arg;
 	(void)err;
 }
 
-static const char *lv_last_error(void)
+const char *ks_libvirt_error(void)
 {
 	const char *m = virGetLastErrorMessage();
 
@@ -117,14 +115,14 @@ static const char *lv_last_error(void)
 /* ---- the thread: every libvirt call is made here ---- */
 
 /* The pid file libvirt keeps for a domain of the system daemon. */
-static bool pidfile_disagrees(const struct lv_state *st, const char *name,
+bool ks_libvirt_pid_disagrees(const char *uri, const char *name, pid_t pid,
 			      pid_t *other)
 {
 	char path[512], buf[32];
 	ssize_t n;
 	int fd;
 
-	if (strcmp(st->uri, DEFAULT_URI))
+	if (strcmp(uri, DEFAULT_URI))
 		return false;
 	snprintf(path, sizeof(path), SYSTEM_RUN "/qemu/%s.pid", name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -136,7 +134,7 @@ static bool pidfile_disagrees(const struct lv_state *st, const char *name,
 		return false;
 	buf[n] = 0;
 	*other = (pid_t)atoi(buf);
-	return *other > 0 && *other != st->pid;
+	return *other > 0 && *other != pid;
 }
 
 static int lv_find(struct lv_state *st, virConnectPtr conn, virDomainPtr *out)
@@ -159,7 +157,7 @@ static int lv_find(struct lv_state *st, virConnectPtr conn, virDomainPtr *out)
 			 (int)st->pid, name ? name : st->uuid);
 		goto err;
 	}
-	if (name && pidfile_disagrees(st, name, &other)) {
+	if (name && ks_libvirt_pid_disagrees(st->uri, name, st->pid, &other)) {
 		snprintf(st->why, sizeof(st->why), "libvirt domain %s runs as "
 			 "pid %d, not %d", name, (int)other, (int)st->pid);
 		goto err;
@@ -180,10 +178,10 @@ static int lv_connect(struct lv_state *st, virConnectPtr *conn,
 	*conn = virConnectOpenReadOnly(st->uri);
 	if (!*conn) {
 		snprintf(st->why, sizeof(st->why), "libvirt %.100s: %.150s",
-			 st->uri, lv_last_error());
+			 st->uri, ks_libvirt_error());
 		return -ECONNREFUSED;
 	}
-	virConnSetErrorFunc(*conn, NULL, lv_quiet);
+	virConnSetErrorFunc(*conn, NULL, ks_libvirt_quiet);
 	return lv_find(st, *conn, dom);
 }
 
@@ -222,7 +220,7 @@ static void lv_loop(struct lv_state *st, virDomainPtr dom)
 		st->recs = recs;
 		st->err = err;
 		if (err)
-			snprintf(st->why, sizeof(st->why), "%s", lv_last_error());
+			snprintf(st->why, sizeof(st->why), "%s", ks_libvirt_error());
 		st->snap_ns = st->busy_since;
 		st->busy = false;
 		st->gen++;
@@ -600,7 +598,7 @@ static int build_schemas(struct kvmstats_ctx *ctx,
 
 /* The UUID libvirt gave QEMU (-uuid) and the domain ID in the
  * "domain-ID-NAME" directory it names (-1 when absent). */
-static int read_cmdline(pid_t pid, char *uuid, size_t len, long *dom_id)
+int ks_libvirt_cmdline(pid_t pid, char *uuid, size_t len, long *dom_id)
 {
 	char path[64], *buf, *end, *p;
 	size_t cap = 65536;
@@ -650,7 +648,7 @@ static bool libvirt_probe(const struct ks_source_args *a, pid_t pid)
 	char uuid[VIR_UUID_STRING_BUFLEN];
 	long id;
 
-	if (read_cmdline(pid, uuid, sizeof(uuid), &id))
+	if (ks_libvirt_cmdline(pid, uuid, sizeof(uuid), &id))
 		return false;
 	if (strcmp(uri_of(a), DEFAULT_URI))
 		return true;
@@ -835,7 +833,7 @@ static int libvirt_open(const struct ks_source_args *a, struct kvmstats_vmm *v)
 		free(lv);
 		return -ENOMEM;
 	}
-	err = read_cmdline(v->pid, st->uuid, sizeof(st->uuid), &st->dom_id);
+	err = ks_libvirt_cmdline(v->pid, st->uuid, sizeof(st->uuid), &st->dom_id);
 	if (err) {
 		ks_err(a->errbuf, a->errbuf_sz, "pid %d was not started by "
 		       "libvirt (no -uuid on its command line)", (int)v->pid);
