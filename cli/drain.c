@@ -113,6 +113,7 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v)
 		.flags = a->interval == 0 ? KVMSTATS_PLAN_ASSUME_CLEAN : 0,
 		.interval_s = a->interval, .bandwidth = a->bandwidth,
 		.downtime_ms = a->downtime_ms, .ram = &ro, .seed = a->seed,
+		.libvirt_uri = a->t.libvirt_uri,
 	};
 
 	kvmstats_proc__name(v->pid, v->name, sizeof(v->name));

@@ -111,6 +111,9 @@ static struct json_object *slot_json(const struct kvmstats_drain_slot *s,
 	jset(o, "abort_after_s", s->abort_after_s >= 0 ? jnum(s->abort_after_s) : NULL);
 	jset(o, "limited_by", json_object_new_string(kvmstats_drain_limit_str(s->limit)));
 	jset(o, "own_max_bandwidth", v ? jnum(v->res->bandwidth) : NULL);
+	jset(o, "own_max_bandwidth_source", v ? json_object_new_string(v->res->bandwidth_source) : NULL);
+	if (v && v->res->settings_note[0])
+		jset(o, "settings_note", json_object_new_string(v->res->settings_note));
 	jset(o, "shares", shares_json(s));
 	jset(al, "predicted_seconds", jnum(s->alone.seconds));
 	jset(al, "predicted_transfer_bytes", json_object_new_uint64(s->alone.bytes));

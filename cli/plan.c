@@ -167,6 +167,7 @@ static void open_row(struct cli *cli, const struct plan_args *a, struct vm_row *
 		.interval_s = a->interval, .bandwidth = a->bandwidth,
 		.downtime_ms = a->downtime_ms, .pagemap_mode = a->pagemap,
 		.ram = &ro, .scan = &so, .seed = a->seed,
+		.libvirt_uri = a->t.libvirt_uri,
 	};
 
 	(void)cli;

@@ -164,6 +164,8 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	jset(j, "downtime_seconds", jnum(p->downtime_s));
 	jset(j, "bandwidth_bytes_per_second", jnum(r->bandwidth));
 	jset(j, "bandwidth_source", jstr(r->bandwidth_source));
+	if (r->settings_note[0])
+		jset(j, "settings_note", jstr(r->settings_note));
 	jset(j, "downtime_limit_seconds", jnum(r->downtime_s));
 	jset(j, "note", jstr(p->note));
 	jset(o, "prediction", j);
@@ -508,12 +510,11 @@ void plan_print_table(struct cli *cli, const struct plan_args *a,
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p && rows[i].res->predicted &&
 		    !kvmstats_plan__settings(rows[i].p)->qemu_major)
-			printf("\npid %d: QEMU's migration settings were not read (%s): its "
-			       "defaults (QEMU 7.2's) and the options were used\n",
-			       (int)rows[i].pid,
-			       kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))[0] ?
-				       safe_str(kvmstats_ram__note(kvmstats_plan__ram(rows[i].p))) :
-				       "no QMP");
+			printf("\npid %d: QEMU's migration settings were not read: "
+			       "%s; QEMU 7.2's defaults where nothing else said, and "
+			       "the options\n", (int)rows[i].pid,
+			       rows[i].res->settings_note[0] ?
+				       safe_str(rows[i].res->settings_note) : "no QMP");
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p && rows[i].res->predicted &&
 		    kvmstats_plan__detail(rows[i].p)->not_modelled[0])

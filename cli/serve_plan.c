@@ -276,7 +276,7 @@ static void plan_open(struct server *s, struct plan_row *row)
 		.flags = c->dirty_s > 0 ? 0 : KVMSTATS_PLAN_ASSUME_CLEAN,
 		.interval_s = c->dirty_s, .dirty_points = PLAN_DIRTY_POINTS,
 		.bandwidth = c->bandwidth, .downtime_ms = c->downtime_ms,
-		.ram = &ro, .scan = &so,
+		.ram = &ro, .scan = &so, .libvirt_uri = s->targs->libvirt_uri,
 	};
 
 	pthread_mutex_lock(&s->qmp_lock);	/* its RAM blocks and settings */

@@ -468,6 +468,9 @@ struct kvmstats_plan_opts {
 	uint32_t sample_pages_per_gib;	/* 0: 512 */
 	uint32_t dirty_pages_per_gib;	/* 0: 512 */
 	uint64_t seed;
+	/* Where QMP is libvirt's: the daemon asked for the domain's
+	 * migration speed (NULL: qemu:///system). */
+	const char *libvirt_uri;
 };
 
 struct kvmstats_plan_vm {
@@ -483,7 +486,8 @@ struct kvmstats_plan_vm {
 	bool dirty_measured;
 	struct kvmstats_dirty_result dirty;
 	double bandwidth;
-	const char *bandwidth_source;	/* "option", "qmp", "default" */
+	const char *bandwidth_source;	/* "option", "qmp", "libvirt",
+					 * "default" */
 	double downtime_s;
 	struct kvmstats_migrate_prediction pred;
 	bool predicted;
@@ -494,6 +498,9 @@ struct kvmstats_plan_vm {
 	 * (the VMM took them away): the most any estimate or dirty-rate
 	 * pass found (estimated where it sampled). Unknown, never zero. */
 	uint64_t missing_pages;
+	/* Where the migration settings came from when QEMU's monitor could
+	 * not be read (libvirt's, or why QEMU's defaults): "" when read. */
+	char settings_note[256];
 };
 
 struct kvmstats_plan;
@@ -568,6 +575,8 @@ enum kvmstats_mig_src {
 	KVMSTATS_MIG_SRC_DEFAULT,	/* QEMU's default (for its version) */
 	KVMSTATS_MIG_SRC_QMP,		/* read from the running QEMU */
 	KVMSTATS_MIG_SRC_OPTION,	/* the caller's override */
+	KVMSTATS_MIG_SRC_LIBVIRT,	/* libvirt's, for a domain whose
+					 * monitor it holds (the speed) */
 };
 
 enum kvmstats_mig_compress {

@@ -21,6 +21,7 @@ struct kvmstats_plan {
 	struct kvmstats_pages *pg;
 	struct kvmstats_dirty *dirty;
 	struct kvmstats_plan_vm res;
+	struct kvmstats_migrate_settings base;	/* before the options */
 	struct kvmstats_migrate_settings mig;
 	struct kvmstats_migrate_overrides ov;
 	struct kvmstats_migrate_detail detail;
@@ -44,19 +45,54 @@ static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
 	return err;
 }
 
-/* The settings: QEMU's (over QMP), else its defaults; the options over
- * both. */
+/* What libvirt says of a domain whose monitor it holds, over QEMU's
+ * defaults; and the note that says where the settings came from. */
+static void libvirt_base(struct kvmstats_plan *p, unsigned int timeout_ms)
+{
+	struct ks_libvirt_mig lv;
+	char *note = p->res.settings_note;
+	size_t len = sizeof(p->res.settings_note);
+	int err = ks_migrate_libvirt(p->res.pid, p->o.libvirt_uri, timeout_ms,
+				     &p->base, &lv);
+
+	if (err == -ENOENT && !lv.why[0])
+		snprintf(note, len, "QEMU's monitor was not read (%.150s): "
+			 "QEMU's defaults", kvmstats_ram__note(p->ram));
+	else if (err)
+		snprintf(note, len, "QEMU's monitor was not read and libvirt "
+			 "did not say (%.150s): QEMU's defaults",
+			 lv.why[0] ? lv.why : strerror(-err));
+	else if (lv.speed_unlimited)
+		snprintf(note, len, "libvirt's migration speed is unlimited (its "
+			 "default: the link decides, not known here): taken as "
+			 "QEMU's default, --bandwidth gives the link's%s%.80s",
+			 lv.why[0] ? "; " : "", lv.why);
+	else
+		snprintf(note, len, "libvirt holds QEMU's monitor: its migration "
+			 "speed, QEMU's defaults for the rest (--downtime gives "
+			 "the limit)%s%.100s", lv.why[0] ? "; " : "", lv.why);
+}
+
+/* The settings before the options: QEMU's (over QMP), else libvirt's
+ * where it holds the monitor, over QEMU's defaults. */
+static void read_base(struct kvmstats_plan *p, unsigned int timeout_ms)
+{
+	if (kvmstats_ram__max_bandwidth(p->ram) || p->ram->mig_read) {
+		p->base = p->ram->mig;
+		return;
+	}
+	memset(&p->base, 0, sizeof(p->base));
+	ks_migrate_defaults(&p->base);
+	libvirt_base(p, timeout_ms);
+}
+
+/* The settings: read_base()'s, the options over them. */
 static void pick_link(struct kvmstats_plan *p)
 {
 	struct kvmstats_plan_vm *r = &p->res;
 	struct kvmstats_migrate_overrides ov = p->ov;
 
-	if (kvmstats_ram__max_bandwidth(p->ram) || p->ram->mig_read) {
-		p->mig = p->ram->mig;
-	} else {
-		memset(&p->mig, 0, sizeof(p->mig));
-		ks_migrate_defaults(&p->mig);
-	}
+	p->mig = p->base;
 	if (p->o.bandwidth > 0)
 		ov.bandwidth = p->o.bandwidth;
 	if (p->o.downtime_ms > 0)
@@ -151,6 +187,7 @@ struct kvmstats_plan *kvmstats_plan__new(pid_t pid, const struct kvmstats_plan_o
 	p->res.method = KVMSTATS_METHOD_NR;
 	p->ov = (struct kvmstats_migrate_overrides){
 		.sz = sizeof(p->ov), .compress = -1, .auto_converge = -1, .postcopy = -1 };
+	read_base(p, ro.timeout_ms);
 	pick_link(p);
 	return p;
 err:

@@ -71,6 +71,8 @@ const char *kvmstats_mig_src_str(enum kvmstats_mig_src s)
 		return "qmp";
 	case KVMSTATS_MIG_SRC_OPTION:
 		return "option";
+	case KVMSTATS_MIG_SRC_LIBVIRT:
+		return "libvirt";
 	}
 	return "unknown";
 }

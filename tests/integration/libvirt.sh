@@ -116,6 +116,45 @@ check "list shows the domain's name, memory and the libvirt source" \
 	jq -e --argjson p "$QEMU_PID" --arg n "$DOM" \
 	'.[] | select(.pid == $p) | .name == $n and .memory_bytes == 67108864 and (.sources | index("libvirt"))' "$LV/list.json"
 
+# plan: libvirt holds the monitor, so the migration speed is libvirt's
+# (migrate-getspeed). Unset, it is libvirt's "unlimited": said, not taken
+# as a rate. The downtime limit is not asked (libvirt asks the VMM's
+# monitor, which a VMM can hold): QEMU's default, said.
+plan_json() {
+	"${LV_NS[@]}" "$KVMSTATS" plan --pid "$QEMU_PID" --interval 0 --json "$@" 2>"$LV/plan.err"
+}
+plan_json >"$LV/plan0.json"
+echo "# libvirt's speed before: $("${VIRSH[@]}" migrate-getspeed "$DOM" 2>&1); note: $(jq -r '.vms[0].prediction.settings_note // "none"' "$LV/plan0.json" 2>&1)"
+check "plan: libvirt's unlimited speed is said, the rate is not libvirt's" \
+	jq -e '.vms[0].prediction | (.settings_note | test("unlimited")) and .bandwidth_source != "libvirt"' "$LV/plan0.json"
+"${VIRSH[@]}" migrate-setspeed "$DOM" 24 >/dev/null 2>&1
+plan_json >"$LV/plan1.json"
+jq -c '.vms[0] | .prediction + {predicted_transfer_bytes, predicted_seconds} | {bandwidth_bytes_per_second, bandwidth_source, downtime_limit_seconds, settings_note, predicted_transfer_bytes, predicted_seconds}' "$LV/plan1.json" 2>&1 | sed 's/^/# /'
+check "plan: max-bandwidth is libvirt's migrate-setspeed (24 MiB/s)" \
+	jq -e '.vms[0].prediction | .bandwidth_bytes_per_second == 25165824 and .bandwidth_source == "libvirt" and
+		.settings["max-bandwidth"].source == "libvirt"' "$LV/plan1.json"
+check "plan: downtime-limit is QEMU's default, and the note says so" \
+	jq -e '.vms[0].prediction | .downtime_limit_seconds == 0.3 and .settings["downtime-limit"].source == "default" and
+		(.settings_note | test("defaults for the rest"))' "$LV/plan1.json"
+check "plan: the time is the bytes at libvirt's speed" \
+	jq -e '.vms[0] | .predicted_seconds >= .predicted_transfer_bytes / 25165824' "$LV/plan1.json"
+# An option still wins over libvirt's.
+plan_json --bandwidth 8M >"$LV/plan2.json"
+check "plan: --bandwidth wins over libvirt's speed" \
+	jq -e '.vms[0].prediction | .bandwidth_source == "option" and .bandwidth_bytes_per_second == 8388608' "$LV/plan2.json"
+# A hung daemon costs the plan one timeout, and says so.
+kill -STOP "$LVD"
+t0=$(date +%s%N)
+"${LV_NS[@]}" timeout 60 "$KVMSTATS" plan --pid "$QEMU_PID" --interval 0 --json >"$LV/plan3.json" 2>"$LV/plan3.err"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$LVD"
+echo "# plan beside a hung libvirtd: rc $rc, $ms ms; $(jq -r '.vms[0].prediction.settings_note // "no note"' "$LV/plan3.json" 2>&1)"
+[ "$rc" = 0 ] && [ "$ms" -lt $(($(slow 5) * 1000)) ] &&
+	jq -e '.vms[0].prediction | (.settings_note | test("did not answer")) and .bandwidth_source == "default"' "$LV/plan3.json" >/dev/null &&
+	pass "plan beside a hung libvirtd: QEMU's defaults, said, within its timeout ($ms ms)" ||
+	fail "plan beside a hung libvirtd: QEMU's defaults, said, within its timeout" "rc $rc, $ms ms: $(head -3 "$LV/plan3.err")"
+
 # A process libvirt did not start: a clear refusal.
 start_vmm --vcpus 1
 out=$("${LV_NS[@]}" "$KVMSTATS" dump --pid "$VMM_PID" --source libvirt 2>&1)

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The migration speed of a domain whose QEMU monitor libvirt keeps for
+ * itself (virsh migrate-getspeed), for the plan (migrate_plan.c).
+ *
+ * libvirt sets QEMU's max-bandwidth itself when a migration starts: to
+ * the speed the domain was given (migrate-setspeed, or the --bandwidth
+ * of that migration), else to its "unlimited" (LLONG_MAX bytes/s, in
+ * MiB/s); QEMU's own value before then says nothing. The call needs a
+ * read-write connection (libvirt checks; root has one). The downtime
+ * limit is not asked: libvirt asks QEMU's monitor for it, and a VMM that
+ * stops answering held virsh migrate-getmaxdowntime over 70 s in the lab
+ * (the speed is libvirt's own: 0.5-0.7 s there, the VMM stopped).
+ *
+ * The call is made on a thread of its own: a daemon that hangs costs the
+ * caller its timeout; the thread ends when libvirt answers, holding
+ * nothing of the caller.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mem_internal.h"
+
+#ifdef HAVE_LIBVIRT
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libvirt_int.h"
+
+#define DEFAULT_URI KS_LIBVIRT_DEFAULT_URI
+
+/* Shared by the caller and the thread; freed by the last. */
+struct lv_query {
+	atomic_int refs;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	/* Set before the thread starts. */
+	char uri[256];
+	char uuid[VIR_UUID_STRING_BUFLEN];
+	long dom_id;
+	pid_t pid;
+	/* Under lock. */
+	bool done;
+	int err;
+	unsigned long speed_mib;
+	bool have_speed;
+	char why[192];
+};
+
+static void query_put(struct lv_query *q)
+{
+	if (atomic_fetch_sub(&q->refs, 1) != 1)
+		return;
+	pthread_cond_destroy(&q->cond);
+	pthread_mutex_destroy(&q->lock);
+	free(q);
+}
+
+/* The domain of the pid's -uuid, and only while it runs that instance
+ * (the ID of its command line's domain-ID-NAME directory, and the pid
+ * file libvirt keeps): a VMM names any UUID it likes. */
+static virDomainPtr find(struct lv_query *q, virConnectPtr conn, char *why,
+			 size_t len)
+{
+	virDomainPtr dom = virDomainLookupByUUIDString(conn, q->uuid);
+	const char *name;
+	pid_t other;
+
+	if (!dom) {
+		snprintf(why, len, "libvirt knows no domain with UUID %s", q->uuid);
+		return NULL;
+	}
+	name = virDomainGetName(dom);
+	if (virDomainIsActive(dom) != 1 ||
+	    (q->dom_id >= 0 && (long)virDomainGetID(dom) != q->dom_id) ||
+	    (name && ks_libvirt_pid_disagrees(q->uri, name, q->pid, &other))) {
+		snprintf(why, len, "the process is not libvirt's running "
+			 "instance of domain %s", q->uuid);
+		virDomainFree(dom);
+		return NULL;
+	}
+	return dom;
+}
+
+static void *query_thread(void *arg)
+{
+	struct lv_query *q = arg;
+	unsigned long speed = 0;
+	bool have_speed = false;
+	virConnectPtr conn = virConnectOpen(q->uri);
+	virDomainPtr dom = NULL;
+	char why[192] = "";
+	int err = 0;
+
+	if (!conn) {
+		snprintf(why, sizeof(why), "libvirt %.100s: %.80s", q->uri,
+			 ks_libvirt_error());
+		err = -ECONNREFUSED;
+	} else {
+		virConnSetErrorFunc(conn, NULL, ks_libvirt_quiet);
+		dom = find(q, conn, why, sizeof(why));
+		err = dom ? 0 : -ENOENT;
+	}
+	if (dom) {
+		have_speed = !virDomainMigrateGetMaxSpeed(dom, &speed, 0);
+		if (!have_speed) {
+			snprintf(why, sizeof(why), "migrate-getspeed: %.150s",
+				 ks_libvirt_error());
+			err = -EPERM;
+		}
+		virDomainFree(dom);
+	}
+	if (conn)
+		virConnectClose(conn);
+	pthread_mutex_lock(&q->lock);
+	q->done = true;
+	q->err = err;
+	q->speed_mib = speed;
+	q->have_speed = have_speed;
+	snprintf(q->why, sizeof(q->why), "%s", why);
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+	query_put(q);
+	return NULL;
+}
+
+static struct lv_query *query_new(const char *uri)
+{
+	struct lv_query *q = calloc(1, sizeof(*q));
+	pthread_condattr_t ca;
+
+	if (!q)
+		return NULL;
+	atomic_init(&q->refs, 1);
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&q->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	snprintf(q->uri, sizeof(q->uri), "%s", uri ? uri : DEFAULT_URI);
+	return q;
+}
+
+/* Start the thread, detached; 0 or -errno. */
+static int query_start(struct lv_query *q)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+	int err;
+
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	atomic_fetch_add(&q->refs, 1);		/* the thread's */
+	/* The caller's thread takes the signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&t, &a, query_thread, q);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+	if (err)
+		atomic_fetch_sub(&q->refs, 1);
+	return -err;
+}
+
+/* Wait for the thread's answer, at most @timeout_ms; lock held. */
+static bool query_wait(struct lv_query *q, unsigned int timeout_ms)
+{
+	uint64_t end = ks_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct timespec ts = { .tv_sec = (time_t)(end / 1000000000ull),
+			       .tv_nsec = (long)(end % 1000000000ull) };
+
+	while (!q->done)
+		if (pthread_cond_timedwait(&q->cond, &q->lock, &ts) == ETIMEDOUT)
+			break;
+	return q->done;
+}
+
+/* Fill @s from the query's answer; under its lock. */
+static void take(const struct lv_query *q, struct kvmstats_migrate_settings *s,
+		 struct ks_libvirt_mig *out)
+{
+	out->speed_unlimited = q->have_speed &&
+			       q->speed_mib >= KS_LIBVIRT_SPEED_UNLIMITED_MIB;
+	if (q->have_speed && !out->speed_unlimited && q->speed_mib) {
+		s->bandwidth = (double)q->speed_mib * 1048576.0;
+		s->src[KVMSTATS_MIG_BANDWIDTH] = KVMSTATS_MIG_SRC_LIBVIRT;
+	}
+	out->have_speed = q->have_speed;
+	snprintf(out->why, sizeof(out->why), "%s", q->why);
+}
+
+int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
+		       struct kvmstats_migrate_settings *s,
+		       struct ks_libvirt_mig *out)
+{
+	struct lv_query *q;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	q = query_new(uri);
+	if (!q)
+		return -ENOMEM;
+	q->pid = pid;
+	err = ks_libvirt_cmdline(pid, q->uuid, sizeof(q->uuid), &q->dom_id);
+	/* No system daemon to ask (a QEMU given -uuid by hand): not
+	 * libvirt's, and nothing to connect to. */
+	if (!err && !strcmp(q->uri, DEFAULT_URI) &&
+	    access("/run/libvirt/libvirt-sock", F_OK) &&
+	    access("/run/libvirt/virtqemud-sock", F_OK))
+		err = -ENOENT;
+	if (!err)
+		err = query_start(q);
+	if (err) {
+		query_put(q);
+		return err;
+	}
+	if (!timeout_ms)
+		timeout_ms = 1000;
+	pthread_mutex_lock(&q->lock);
+	if (!query_wait(q, timeout_ms)) {
+		snprintf(out->why, sizeof(out->why), "libvirt %.100s did not "
+			 "answer within %u ms", q->uri, timeout_ms);
+		err = -ETIMEDOUT;
+	} else {
+		err = q->err;
+		take(q, s, out);
+	}
+	pthread_mutex_unlock(&q->lock);
+	query_put(q);
+	return err;
+}
+
+#else /* !HAVE_LIBVIRT */
+
+int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
+		       struct kvmstats_migrate_settings *s,
+		       struct ks_libvirt_mig *out)
+{
+	(void)pid;
+	(void)uri;
+	(void)timeout_ms;
+	(void)s;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->why, sizeof(out->why), "kvmstats was built without libvirt");
+	return -EOPNOTSUPP;
+}
+
+#endif
