@@ -103,7 +103,8 @@ static int drain_check(struct cli *cli, void *ctx)
 
 /* ---- each VM's plan ---- */
 
-static void open_vm(const struct drain_args *a, struct drain_vm *v)
+static void open_vm(const struct drain_args *a, struct drain_vm *v,
+		    struct kvmstats_libvirt_guard *guard)
 {
 	struct kvmstats_ram_opts ro = {
 		.sz = sizeof(ro), .qmp_path = a->t.npids == 1 ? a->t.qmp : NULL,
@@ -113,7 +114,7 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v)
 		.flags = a->interval == 0 ? KVMSTATS_PLAN_ASSUME_CLEAN : 0,
 		.interval_s = a->interval, .bandwidth = a->bandwidth,
 		.downtime_ms = a->downtime_ms, .ram = &ro, .seed = a->seed,
-		.libvirt_uri = a->t.libvirt_uri,
+		.libvirt_uri = a->t.libvirt_uri, .libvirt_guard = guard,
 	};
 
 	kvmstats_proc__name(v->pid, v->name, sizeof(v->name));
@@ -309,6 +310,7 @@ int cmd_drain(struct cli *cli, int argc, char **argv)
 			 .postcopy = -1 } };
 	struct kvmstats_drain *d = NULL;
 	struct drain_vm *vms = NULL;
+	struct kvmstats_libvirt_guard *guard;
 	pid_t *pids = NULL;
 	size_t nin = 0;
 	int n = 0, ret, failed = 0;
@@ -325,11 +327,14 @@ int cmd_drain(struct cli *cli, int argc, char **argv)
 	vms = calloc((size_t)n + 1, sizeof(*vms));
 	if (!vms)
 		goto out;
+	/* A hung libvirtd costs the drain one timeout, not one per VM. */
+	guard = kvmstats_libvirt_guard__new();
 	for (int i = 0; i < n; i++) {
 		vms[i].pid = pids[i];
 		vms[i].input = -1;
-		open_vm(&a, &vms[i]);
+		open_vm(&a, &vms[i], guard);
 	}
+	kvmstats_libvirt_guard__free(guard);
 	plan_all(&a, vms, (size_t)n);
 	for (int i = 0; i < n; i++) {
 		failed += !vms[i].p || vms[i].res->error;

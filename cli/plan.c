@@ -150,8 +150,9 @@ static size_t ranges_for(const struct plan_args *a, pid_t pid,
 	return n;
 }
 
-static void open_row(struct cli *cli, const struct plan_args *a, struct vm_row *row,
-		     struct kvmstats_range *ranges)
+static void open_row(const struct plan_args *a, struct vm_row *row,
+		     struct kvmstats_range *ranges,
+		     struct kvmstats_libvirt_guard *guard)
 {
 	size_t nr = ranges_for(a, row->pid, ranges);
 	struct kvmstats_scan_opts so = {
@@ -167,10 +168,9 @@ static void open_row(struct cli *cli, const struct plan_args *a, struct vm_row *
 		.interval_s = a->interval, .bandwidth = a->bandwidth,
 		.downtime_ms = a->downtime_ms, .pagemap_mode = a->pagemap,
 		.ram = &ro, .scan = &so, .seed = a->seed,
-		.libvirt_uri = a->t.libvirt_uri,
+		.libvirt_uri = a->t.libvirt_uri, .libvirt_guard = guard,
 	};
 
-	(void)cli;
 	kvmstats_proc__name(row->pid, row->name, sizeof(row->name));
 	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
 	if (!row->p && !row->error[0])
@@ -396,6 +396,7 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 			 .postcopy = -1 } };
 	struct kvmstats_range *ranges = NULL;
 	struct vm_row *rows = NULL;
+	struct kvmstats_libvirt_guard *guard;
 	pid_t *pids = NULL;
 	int n = 0, ret, failed = 0;
 
@@ -414,10 +415,13 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 	rows = calloc((size_t)n + 1, sizeof(*rows));
 	if (!rows)
 		goto out;
+	/* A hung libvirtd costs the plan one timeout, not one per VM. */
+	guard = kvmstats_libvirt_guard__new();
 	for (int i = 0; i < n; i++) {
 		rows[i].pid = pids[i];
-		open_row(cli, &a, &rows[i], ranges);
+		open_row(&a, &rows[i], ranges, guard);
 	}
+	kvmstats_libvirt_guard__free(guard);
 	if (a.methods & (1u << KVMSTATS_METHOD_STATS))
 		read_stats(cli, &a, rows, (size_t)n);
 	estimate_all(cli, &a, rows, (size_t)n);

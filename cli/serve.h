@@ -97,6 +97,9 @@ struct planner {
 	struct prom_buf next[2];
 	pid_t *failing;			/* failed in the previous round */
 	size_t nfailing;
+	/* One question to libvirt outstanding across rounds (a hung
+	 * libvirtd must not cost a thread per VM per round). */
+	struct kvmstats_libvirt_guard *libvirt_guard;
 };
 
 /* The migration follower (serve_follow.c) and what it last published;

@@ -277,6 +277,7 @@ static void plan_open(struct server *s, struct plan_row *row)
 		.interval_s = c->dirty_s, .dirty_points = PLAN_DIRTY_POINTS,
 		.bandwidth = c->bandwidth, .downtime_ms = c->downtime_ms,
 		.ram = &ro, .scan = &so, .libvirt_uri = s->targs->libvirt_uri,
+		.libvirt_guard = s->plan.libvirt_guard,
 	};
 
 	pthread_mutex_lock(&s->qmp_lock);	/* its RAM blocks and settings */
@@ -582,6 +583,11 @@ int planner_start(struct server *s)
 
 	if (!s->o.plan.interval_s)
 		return 0;
+	s->plan.libvirt_guard = kvmstats_libvirt_guard__new();
+	if (!s->plan.libvirt_guard) {
+		cli_err(s->cli, "cannot start the planner: out of memory");
+		return -1;
+	}
 	err = pthread_create(&s->plan.thread, NULL, plan_main, s);
 	if (err) {
 		cli_err(s->cli, "cannot start the planner: %s", strerror(err));
@@ -613,6 +619,7 @@ void planner_free(struct planner *pl)
 		prom_buf_free(&pl->text[f]);
 		prom_buf_free(&pl->next[f]);
 	}
+	kvmstats_libvirt_guard__free(pl->libvirt_guard);
 	free(pl->failing);
 	free(pl->preds[0].v);
 	free(pl->preds[1].v);

@@ -454,6 +454,18 @@ enum kvmstats_plan_flags {
 	KVMSTATS_PLAN_ASSUME_CLEAN = 1u << 0,	/* skip the dirty rate */
 };
 
+/* Where libvirt holds a domain's QEMU monitor, a plan asks libvirt for
+ * the domain's migration speed, on a thread of its own, within the RAM
+ * options' timeout. Plans that share a guard keep at most one question
+ * outstanding: while libvirt has not answered the last one, the next
+ * plan is told so at once instead of starting another thread (a hung
+ * daemon costs a planning loop one thread and one timeout, not one per
+ * VM per round). It has its own lock: plans on several threads may
+ * share one. */
+struct kvmstats_libvirt_guard;
+KVMSTATS_API struct kvmstats_libvirt_guard *kvmstats_libvirt_guard__new(void);
+KVMSTATS_API void kvmstats_libvirt_guard__free(struct kvmstats_libvirt_guard *g);
+
 struct kvmstats_plan_opts {
 	size_t sz;
 	unsigned int methods;	/* 1u << KVMSTATS_METHOD_*; 0: scan */
@@ -471,6 +483,8 @@ struct kvmstats_plan_opts {
 	/* Where QMP is libvirt's: the daemon asked for the domain's
 	 * migration speed (NULL: qemu:///system). */
 	const char *libvirt_uri;
+	/* NULL: this plan's question is its own. */
+	struct kvmstats_libvirt_guard *libvirt_guard;
 };
 
 struct kvmstats_plan_vm {

@@ -218,14 +218,15 @@ void ks_migrate_override(struct kvmstats_migrate_settings *s,
  * is libvirt's), over @s where libvirt gave it.
  * libvirt's speed when none was set is its "unlimited" (8796093022207
  * MiB/s): anything from 1 TiB/s up is taken as that. 0, or -errno with
- * @out->why (-ENOENT: not libvirt's, -ETIMEDOUT, -EPERM, ...). */
+ * @out->why (-ENOENT: not libvirt's, -ETIMEDOUT, -EBUSY: @g's last
+ * question is unanswered, -EPERM, ...). */
 #define KS_LIBVIRT_SPEED_UNLIMITED_MIB (1ul << 20)
 struct ks_libvirt_mig {
-	bool have_speed;
 	bool speed_unlimited;
 	char why[192];
 };
 int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
+		       struct kvmstats_libvirt_guard *g,
 		       struct kvmstats_migrate_settings *s,
 		       struct ks_libvirt_mig *out);
 

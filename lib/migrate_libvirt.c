@@ -14,10 +14,12 @@
  *
  * The call is made on a thread of its own: a daemon that hangs costs the
  * caller its timeout; the thread ends when libvirt answers, holding
- * nothing of the caller.
+ * nothing of the caller. Callers that share a guard (a planning loop)
+ * keep one such thread at most: while it waits, they are told so at once.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mem_internal.h"
@@ -27,7 +29,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,6 +183,59 @@ static bool query_wait(struct lv_query *q, unsigned int timeout_ms)
 	return q->done;
 }
 
+/* At most one question outstanding per guard (kvmstats_mem.h). */
+struct kvmstats_libvirt_guard {
+	pthread_mutex_t lock;
+	struct lv_query *pending;	/* unanswered when last seen */
+	uint64_t pending_since;		/* ns */
+};
+
+struct kvmstats_libvirt_guard *kvmstats_libvirt_guard__new(void)
+{
+	struct kvmstats_libvirt_guard *g = calloc(1, sizeof(*g));
+
+	if (g)
+		pthread_mutex_init(&g->lock, NULL);
+	return g;
+}
+
+void kvmstats_libvirt_guard__free(struct kvmstats_libvirt_guard *g)
+{
+	if (!g)
+		return;
+	if (g->pending)
+		query_put(g->pending);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+static bool query_done(struct lv_query *q)
+{
+	bool done;
+
+	pthread_mutex_lock(&q->lock);
+	done = q->done;
+	pthread_mutex_unlock(&q->lock);
+	return done;
+}
+
+/* -EBUSY with @out->why while the guard's last question is unanswered;
+ * guard locked. */
+static int guard_check(struct kvmstats_libvirt_guard *g, struct ks_libvirt_mig *out)
+{
+	if (!g->pending)
+		return 0;
+	if (!query_done(g->pending)) {
+		snprintf(out->why, sizeof(out->why), "libvirt %.100s has not "
+			 "answered a question asked %.1f s ago", g->pending->uri,
+			 (double)(ks_now_ns() - g->pending_since) / 1e9);
+		return -EBUSY;
+	}
+	query_put(g->pending);
+	g->pending = NULL;
+	return 0;
+}
+
 /* Fill @s from the query's answer; under its lock. */
 static void take(const struct lv_query *q, struct kvmstats_migrate_settings *s,
 		 struct ks_libvirt_mig *out)
@@ -192,11 +246,41 @@ static void take(const struct lv_query *q, struct kvmstats_migrate_settings *s,
 		s->bandwidth = (double)q->speed_mib * 1048576.0;
 		s->src[KVMSTATS_MIG_BANDWIDTH] = KVMSTATS_MIG_SRC_LIBVIRT;
 	}
-	out->have_speed = q->have_speed;
 	snprintf(out->why, sizeof(out->why), "%s", q->why);
 }
 
+/* Ask, and wait at most @timeout_ms; a question left unanswered is the
+ * guard's to watch. */
+static int query_ask(struct lv_query *q, unsigned int timeout_ms,
+		     struct kvmstats_libvirt_guard *g,
+		     struct kvmstats_migrate_settings *s,
+		     struct ks_libvirt_mig *out)
+{
+	uint64_t t0 = ks_now_ns();
+	int err = query_start(q);
+
+	if (err)
+		return err;
+	pthread_mutex_lock(&q->lock);
+	if (!query_wait(q, timeout_ms ? timeout_ms : 1000)) {
+		snprintf(out->why, sizeof(out->why), "libvirt %.100s did not "
+			 "answer within %u ms", q->uri, timeout_ms ? timeout_ms : 1000);
+		err = -ETIMEDOUT;
+	} else {
+		err = q->err;
+		take(q, s, out);
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (err == -ETIMEDOUT && g) {
+		atomic_fetch_add(&q->refs, 1);
+		g->pending = q;
+		g->pending_since = t0;
+	}
+	return err;
+}
+
 int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
+		       struct kvmstats_libvirt_guard *g,
 		       struct kvmstats_migrate_settings *s,
 		       struct ks_libvirt_mig *out)
 {
@@ -211,41 +295,45 @@ int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
 	err = ks_libvirt_cmdline(pid, q->uuid, sizeof(q->uuid), &q->dom_id);
 	/* No system daemon to ask (a QEMU given -uuid by hand): not
 	 * libvirt's, and nothing to connect to. */
-	if (!err && !strcmp(q->uri, DEFAULT_URI) &&
-	    access("/run/libvirt/libvirt-sock", F_OK) &&
-	    access("/run/libvirt/virtqemud-sock", F_OK))
+	if (!err && !ks_libvirt_daemon_here(q->uri, true))
 		err = -ENOENT;
+	if (g)
+		pthread_mutex_lock(&g->lock);
+	if (!err && g)
+		err = guard_check(g, out);
 	if (!err)
-		err = query_start(q);
-	if (err) {
-		query_put(q);
-		return err;
-	}
-	if (!timeout_ms)
-		timeout_ms = 1000;
-	pthread_mutex_lock(&q->lock);
-	if (!query_wait(q, timeout_ms)) {
-		snprintf(out->why, sizeof(out->why), "libvirt %.100s did not "
-			 "answer within %u ms", q->uri, timeout_ms);
-		err = -ETIMEDOUT;
-	} else {
-		err = q->err;
-		take(q, s, out);
-	}
-	pthread_mutex_unlock(&q->lock);
+		err = query_ask(q, timeout_ms, g, s, out);
+	if (g)
+		pthread_mutex_unlock(&g->lock);
 	query_put(q);
 	return err;
 }
 
 #else /* !HAVE_LIBVIRT */
 
+struct kvmstats_libvirt_guard {
+	int unused;
+};
+
+struct kvmstats_libvirt_guard *kvmstats_libvirt_guard__new(void)
+{
+	return calloc(1, sizeof(struct kvmstats_libvirt_guard));
+}
+
+void kvmstats_libvirt_guard__free(struct kvmstats_libvirt_guard *g)
+{
+	free(g);
+}
+
 int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
+		       struct kvmstats_libvirt_guard *g,
 		       struct kvmstats_migrate_settings *s,
 		       struct ks_libvirt_mig *out)
 {
 	(void)pid;
 	(void)uri;
 	(void)timeout_ms;
+	(void)g;
 	(void)s;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->why, sizeof(out->why), "kvmstats was built without libvirt");

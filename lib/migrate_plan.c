@@ -53,7 +53,7 @@ static void libvirt_base(struct kvmstats_plan *p, unsigned int timeout_ms)
 	char *note = p->res.settings_note;
 	size_t len = sizeof(p->res.settings_note);
 	int err = ks_migrate_libvirt(p->res.pid, p->o.libvirt_uri, timeout_ms,
-				     &p->base, &lv);
+				     p->o.libvirt_guard, &p->base, &lv);
 
 	if (err == -ENOENT && !lv.why[0])
 		snprintf(note, len, "QEMU's monitor was not read (%.150s): "

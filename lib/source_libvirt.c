@@ -112,6 +112,20 @@ const char *ks_libvirt_error(void)
 	return m ? m : "unknown libvirt error";
 }
 
+bool ks_libvirt_daemon_here(const char *uri, bool rw)
+{
+	const char *ro = rw ? "" : "-ro";
+	char path[64];
+
+	if (strcmp(uri, DEFAULT_URI))
+		return true;
+	snprintf(path, sizeof(path), SYSTEM_RUN "/libvirt-sock%s", ro);
+	if (!access(path, F_OK))
+		return true;
+	snprintf(path, sizeof(path), SYSTEM_RUN "/virtqemud-sock%s", ro);
+	return !access(path, F_OK);
+}
+
 /* ---- the thread: every libvirt call is made here ---- */
 
 /* The pid file libvirt keeps for a domain of the system daemon. */
@@ -650,10 +664,7 @@ static bool libvirt_probe(const struct ks_source_args *a, pid_t pid)
 
 	if (ks_libvirt_cmdline(pid, uuid, sizeof(uuid), &id))
 		return false;
-	if (strcmp(uri_of(a), DEFAULT_URI))
-		return true;
-	return !access(SYSTEM_RUN "/libvirt-sock-ro", F_OK) ||
-	       !access(SYSTEM_RUN "/virtqemud-sock-ro", F_OK);
+	return ks_libvirt_daemon_here(uri_of(a), false);
 }
 
 static struct lv_state *lv_new(const struct ks_source_args *a, pid_t pid)

@@ -8,7 +8,7 @@
 source "$(dirname "$0")/../lib.sh"
 require_kvm libvirt
 
-for c in libvirtd virtlogd virsh unshare nsenter jq "$QEMU"; do
+for c in libvirtd virtlogd virsh unshare nsenter jq curl "$QEMU"; do
 	if ! command -v "$c" >/dev/null; then
 		skip libvirt "$c is not installed (scripts/deps.sh test)"
 		exit 0
@@ -154,6 +154,37 @@ echo "# plan beside a hung libvirtd: rc $rc, $ms ms; $(jq -r '.vms[0].prediction
 	jq -e '.vms[0].prediction | (.settings_note | test("did not answer")) and .bandwidth_source == "default"' "$LV/plan3.json" >/dev/null &&
 	pass "plan beside a hung libvirtd: QEMU's defaults, said, within its timeout ($ms ms)" ||
 	fail "plan beside a hung libvirtd: QEMU's defaults, said, within its timeout" "rc $rc, $ms ms: $(head -3 "$LV/plan3.err")"
+
+# serve's planner beside a hung libvirtd: each round plans the domain,
+# but only one question to libvirt is ever outstanding (a thread that
+# waits for libvirt's answer), not one more per round.
+"${LV_NS[@]}" "$KVMSTATS" serve --listen 127.0.0.1:0 --ready "$LV/serve.ready" \
+	--pid "$QEMU_PID" --plan-interval 1 --plan-dirty-interval 0 2>"$LV/serve.err" &
+SV=$!
+track "$SV"
+plan_rounds() {
+	curl -s -m "$(slow 5)" "http://$(cat "$LV/serve.ready")/metrics" |
+		awk '/^kvmstats_plan_rounds_total / { print $2 }'
+}
+rounds_at_least() { [ "$(plan_rounds)" -ge "$1" ] 2>/dev/null; }
+tasks() { find "/proc/$SV/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+if wait_file "$LV/serve.ready" "$(slow 20)" && wait_until "$(slow 200)" rounds_at_least 1; then
+	kill -STOP "$LVD"
+	sleep "$(slow 3)"
+	r1=$(plan_rounds) n1=$(tasks)
+	sleep "$(slow 4)"
+	r2=$(plan_rounds) n2=$(tasks)
+	kill -CONT "$LVD"
+	echo "# serve beside a hung libvirtd: rounds $r1 -> $r2, threads $n1 -> $n2"
+	[ "$((r2 - r1))" -ge 2 ] && [ "$n2" -le "$n1" ] &&
+		pass "serve's planner beside a hung libvirtd: rounds go on, no thread more ($n1 -> $n2 over $((r2 - r1)) rounds)" ||
+		fail "serve's planner beside a hung libvirtd: rounds go on, no thread more" \
+			"rounds $r1 -> $r2, threads $n1 -> $n2; $(tail -3 "$LV/serve.err")"
+else
+	fail "serve's planner beside libvirt: serve started and planned" "$(tail -3 "$LV/serve.err")"
+fi
+kill -TERM "$SV" 2>/dev/null
+wait "$SV" 2>/dev/null
 
 # A process libvirt did not start: a clear refusal.
 start_vmm --vcpus 1
