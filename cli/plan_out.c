@@ -205,6 +205,14 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 		jset(cj, "note", jstr(c->note));
 		jset(pred, "compression", cj);
 	}
+	if (d->walk_rate > 0) {
+		cj = json_object_new_object();
+		jset(cj, "bytes_per_second", jnum(d->walk_rate));
+		jset(cj, "first_pass_seconds", jnum(d->walk_s));
+		jset(pred, "zero_test", cj);
+	} else {
+		jset(pred, "zero_test", NULL);
+	}
 	if (s->auto_converge) {
 		jset(pred, "max_throttle_percent", json_object_new_int((int)d->max_throttle));
 		jset(pred, "throttled_seconds", jnum(d->throttled_s));
@@ -367,6 +375,11 @@ static void print_settings(const struct kvmstats_plan *p)
 	}
 	if (d->compress.note[0])
 		printf("  compression: %s\n", d->compress.note);
+	if (d->walk_rate > 0)
+		printf("  zero test: QEMU's of the first pass, %.2f s at %.0f MB/s "
+		       "(this host's, as the scan ran)\n", d->walk_s, d->walk_rate / 1e6);
+	else
+		printf("  zero test: not modelled (no scan timed it, or QEMU tests no page)\n");
 	if (s->auto_converge)
 		printf("  auto-converge: the guest's vCPUs throttled up to %u%% for %.2f s\n",
 		       d->max_throttle, d->throttled_s);

@@ -245,6 +245,9 @@ struct kvmstats_estimate {
 	 * the classification and the read, or during it), counted in
 	 * unknown_pages. sample: scaled from the sample to the candidates. */
 	uint64_t missing_pages;
+	/* CPU time of the content test alone (scan: its workers, reading
+	 * and testing bytes_read), without the classification. */
+	double test_cpu_s;
 };
 
 /* From KVM's binary stats of the VMs @vmm holds (pages_4k + 512 *
@@ -398,6 +401,10 @@ struct kvmstats_migrate_input {
 	uint32_t max_passes;	/* 0: 1000 syncs */
 	/* The zero estimate's interval (pages); both 0: zero_pages is exact. */
 	double zero_lo, zero_hi;
+	/* Bytes/s one CPU reads and tests for zero on this host (the scan's
+	 * own rate): QEMU tests every page of its first pass the same way,
+	 * and a pass cannot be faster than that walk. 0: not modelled. */
+	double walk_rate;
 };
 
 /* Whether the migration completes, with the inputs' uncertainty: the
@@ -706,6 +713,12 @@ struct kvmstats_migrate_detail {
 	unsigned int max_throttle;
 	double throttled_s;
 	char not_modelled[160];		/* settings on that the model ignores */
+	/* QEMU's zero test of the first pass: the rate it was modelled at
+	 * (walk_rate times the threads that test) and its seconds; 0: not
+	 * modelled (no rate, or no test: multifd before 9.0, or
+	 * zero-page-detection none). */
+	double walk_rate;
+	double walk_s;
 };
 
 KVMSTATS_API const struct kvmstats_migrate_detail *

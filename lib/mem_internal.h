@@ -250,6 +250,10 @@ void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 		     const struct kvmstats_compress_estimate *c,
 		     const struct ks_mig_pages *pg, double *reported, double *wire);
 double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
+/* Threads that test pages for zero: the channels (9.0+ multifd with
+ * zero-page-detection=multifd), the migration thread (1), or none (0:
+ * zero-page-detection=none). */
+unsigned int ks_multifd_zero_testers(const struct kvmstats_migrate_settings *s);
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s);
 
 /* Device state of our test VM (one vCPU, no devices), taken as the usual

@@ -668,6 +668,7 @@ int kvmstats_pages__scan(const struct kvmstats_pages *pg,
 	scan_result(s, e, err);
 	e->elapsed_s = pg->elapsed + ks_secs(ks_now_ns() - t0);
 	e->cpu_s = pg->elapsed + s->cpu + ks_thread_cpu() - cpu0;
+	e->test_cpu_s = s->cpu;
 out:
 	pthread_mutex_destroy(&s->lock);
 	free(s);

@@ -146,18 +146,44 @@ static double pass_cost(const struct mech *m, double zero, double normal,
 	return reported;
 }
 
+/* @threads, as many as there are CPUs to run them. */
+static double on_cpus(unsigned int threads)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (cpus < 1)
+		cpus = 1;
+	return threads < (unsigned long)cpus ? (double)threads : (double)cpus;
+}
+
 /* Seconds the channels need to compress @normal pages, at the speed our
  * own sample ran (same library and level), on as many CPUs as channels. */
 static double compress_seconds(const struct mech *m, double normal)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	double par;
-
 	if (!m->s || !m->s->multifd || !m->c || !m->c->valid || !m->c->pages)
 		return 0;
-	par = m->s->channels < (unsigned long)(cpus > 0 ? cpus : 1) ?
-		      m->s->channels : (double)(cpus > 0 ? cpus : 1);
-	return m->c->elapsed_s / (double)m->c->pages * normal / par;
+	return m->c->elapsed_s / (double)m->c->pages * normal /
+	       on_cpus(m->s->channels);
+}
+
+/* QEMU reads and tests every page it sends for zero (buffer_is_zero())
+ * before it sends it: a pass cannot be faster than that walk, which a
+ * mostly-zero guest on a fast link is limited by (a 1 TiB guest at ~10
+ * GB/s takes 100 s). The rate is our own scan's on this host, which
+ * reads and tests the same pages the same way; the testers are the
+ * migration thread, or the multifd channels where they test (9.0+).
+ * Seconds per page walked; 0: not modelled. */
+static double walk_per_page(const struct kvmstats_migrate_input *in,
+			    const struct kvmstats_migrate_settings *s,
+			    double *rate)
+{
+	unsigned int testers = s ? ks_multifd_zero_testers(s) : 1;
+
+	*rate = 0;
+	if (in->walk_rate <= 0 || !testers)
+		return 0;
+	*rate = in->walk_rate * on_cpus(testers);
+	return KS_PAGE / *rate;
 }
 
 /* The model's state over the passes. */
@@ -167,6 +193,8 @@ struct run {
 	struct mech m;
 	struct ks_throttle th;
 	double bw, thr, cap, rate;
+	double walk;		/* seconds per page QEMU tests, 0: not modelled */
+	double walk_rate;	/* bytes/s it tests them at */
 	double bytes, t;	/* sent since the last sync, and in what time */
 	double left, left_b, left_w;	/* pages (bytes reported, on the wire)
 					 * not sent at it */
@@ -183,11 +211,16 @@ static double dirtied(const struct run *r, double t)
 				       t * (1 - r->th.pct / 100.0), r->cap);
 }
 
-/* Seconds to send @b bytes of @normal pages. */
-static double pass_seconds(const struct run *r, double b, double normal)
+/* Seconds to send @b bytes of @pages pages, @normal of them not zero:
+ * at the rate, unless compressing or testing them for zero takes longer. */
+static double pass_seconds(const struct run *r, double b, double pages,
+			   double normal)
 {
-	double t = b / r->rate, lim = compress_seconds(&r->m, normal);
+	double t = b / r->rate, lim = compress_seconds(&r->m, normal),
+	       walk = pages * r->walk;
 
+	if (lim < walk)
+		lim = walk;
 	return lim > t ? lim : t;
 }
 
@@ -245,7 +278,7 @@ static void send_to_sync(struct run *r, double pages, double normal, double b,
 	r->left_b = left * per;
 	r->left_w = left * perw;
 	r->bytes = b - r->left_b;
-	r->t = pass_seconds(r, r->bytes,
+	r->t = pass_seconds(r, r->bytes, pages - left,
 			    pages > 0 ? normal * (1 - left / pages) : 0);
 	r->m.wire += w - r->left_w;
 }
@@ -269,7 +302,7 @@ static bool precopy(struct run *r, uint32_t maxp,
 		if (pend * KS_PAGE < r->thr) {
 			/* Stop and copy: the rest, with the VM paused. */
 			out->final_bytes = (uint64_t)pend_b;
-			out->downtime_s = pass_seconds(r, pend_b, pend);
+			out->downtime_s = pass_seconds(r, pend_b, pend, pend);
 			r->total_b += pend_b;
 			r->total_t += out->downtime_s;
 			r->m.wire += pend_w;
@@ -323,6 +356,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	maxp = r.in.max_passes ? r.in.max_passes : KS_MIG_MAX_SYNCS;
 	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages +
 			 r.in.unknown_pages);
+	r.walk = walk_per_page(&r.in, s, &r.walk_rate);
 	out->assumed_clean = !r.in.curve || !r.in.npoints;
 	if (!out->assumed_clean && r.in.curve[r.in.npoints - 1].t > 0)
 		out->dirty_pages_per_second =
@@ -347,15 +381,20 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->max_throttle = r.th.max;
 		d->throttled_s = r.th.throttled_s;
 		d->effective_bw = r.rate;
+		d->walk_rate = r.walk_rate;
+		d->walk_s = r.cap * r.walk;
 		d->wire_bytes = (uint64_t)(r.m.wire +
 					   (s ? ks_migrate_fixed_bytes(s) : 0));
 	}
 	if (out->converges && !out->postcopy)
 		snprintf(out->note, sizeof(out->note),
-			 "%u passes, %.0f ms downtime%s", out->passes,
+			 "%u passes, %.0f ms downtime%s%s", out->passes,
 			 out->downtime_s * 1e3,
 			 out->assumed_clean
 				 ? "; assumed a clean guest (no dirty rate)"
+				 : "",
+			 r.cap * r.walk > first / r.rate
+				 ? "; the first pass is paced by QEMU's zero test"
 				 : "");
 	return 0;
 }

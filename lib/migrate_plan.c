@@ -414,6 +414,21 @@ static int best_method(const struct kvmstats_plan_vm *r)
 	return -1;
 }
 
+/* The scan's own rate of reading and testing pages for zero, per CPU:
+ * QEMU's walk runs at about it on the same host. Too little read to time
+ * it (a guest almost all untouched): 0, not modelled. */
+#define KS_WALK_MIN_BYTES (4ull << 20)
+
+static double walk_rate(const struct kvmstats_plan_vm *r)
+{
+	const struct kvmstats_estimate *e = &r->est[KVMSTATS_METHOD_SCAN];
+
+	if (!(r->done & (1u << KVMSTATS_METHOD_SCAN)) || !e->valid ||
+	    e->test_cpu_s <= 0 || e->bytes_read < KS_WALK_MIN_BYTES)
+		return 0;
+	return (double)e->bytes_read / e->test_cpu_s;
+}
+
 int kvmstats_plan__predict(struct kvmstats_plan *p)
 {
 	struct kvmstats_plan_vm *r = &p->res;
@@ -442,7 +457,8 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.curve = r->dirty_measured ? r->dirty.points : NULL,
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
 		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
-		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi }, &p->mig,
+		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi,
+		.walk_rate = walk_rate(r) }, &p->mig,
 		&p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));

@@ -5,6 +5,8 @@
  * at its throttle limit, and the ranking by verdict.
  */
 #include <math.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "unit.h"
 #include "../../lib/mem_internal.h"
@@ -353,6 +355,57 @@ static void test_ranking(void **state)
 		assert_int_equal(order[i]->pid, want[i]);
 }
 
+/* QEMU tests every page of the first pass for zero before it sends it:
+ * a mostly-zero guest on a fast link is paced by that walk (at the rate
+ * our scan timed), by the channels' where multifd tests (9.0+), and not
+ * at all with zero-page-detection=none. The bytes never change. */
+static void test_walk(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 10};
+	struct kvmstats_migrate_input in = {
+		.sz = sizeof(in), .zero_pages = 260000, .nonzero_pages = 2144,
+		.nblocks = 1, .block_name_bytes = 6, .bandwidth = 1073741824.0,
+		.downtime_s = 0.3,
+	};
+	struct kvmstats_migrate_prediction none, slow, fast;
+	struct kvmstats_migrate_detail d;
+	double walk = 262144 * 4096.0 / 1e8, testers;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	(void)state;
+	assert_int_equal(kvmstats_migrate__predict(&in, &none), 0);
+	assert_true(none.seconds < 0.1);
+	in.walk_rate = 1e8;
+	assert_int_equal(kvmstats_migrate__predict(&in, &slow), 0);
+	assert_true(slow.seconds >= walk && slow.seconds < walk + 0.1);
+	assert_int_equal(slow.bytes, none.bytes);
+	assert_non_null(strstr(slow.note, "paced by QEMU's zero test"));
+	/* Fast enough: the bandwidth decides, as without the walk. */
+	in.walk_rate = 1e12;
+	assert_int_equal(kvmstats_migrate__predict(&in, &fast), 0);
+	assert_true(fabs(fast.seconds - none.seconds) < 1e-6);
+	assert_null(strstr(fast.note, "zero test"));
+
+	ks_migrate_defaults(&s);
+	s.bandwidth = in.bandwidth;
+	s.multifd = true;
+	s.channels = 4;
+	s.zero_detect = KVMSTATS_MIG_ZERO_MULTIFD;
+	in.walk_rate = 1e8;
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &slow, &d), 0);
+	testers = cpus < 1 ? 1 : cpus < 4 ? (double)cpus : 4;
+	assert_true(fabs(d.walk_rate - 1e8 * testers) < 1);
+	assert_true(fabs(d.walk_s - walk / testers) < 1e-6);
+	assert_true(slow.seconds >= walk / testers);
+	s.multifd = false;
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &slow, &d), 0);
+	assert_true(fabs(d.walk_rate - 1e8) < 1);
+	s.zero_detect = KVMSTATS_MIG_ZERO_NONE;
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &slow, &d), 0);
+	assert_true(d.walk_rate == 0 && d.walk_s == 0);
+	assert_true(slow.seconds < walk / 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -365,6 +418,7 @@ int main(void)
 		cmocka_unit_test(test_multifd_rate),
 		cmocka_unit_test(test_throttle_schedule),
 		cmocka_unit_test(test_ranking),
+		cmocka_unit_test(test_walk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
