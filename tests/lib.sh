@@ -256,6 +256,30 @@ plan_verdict() {
 		elif .vms[0].converges then "converges" else "does-not-converge" end)' "$1"
 }
 
+# check_verdict NAME VERDICT PSEC SEC BOUND [MUST_COMPLETE]: the plan's
+# verdict against what QEMU did (SEC "-": it did not complete within
+# BOUND seconds): "converges" completes within 2x PSEC; "does-not-converge"
+# does not complete, but with MUST_COMPLETE=1 (auto-converge, postcopy:
+# they complete however the guest dirties). "uncertain" checks nothing.
+check_verdict() {
+	local name=$1 verd=$2 psec=$3 sec=$4 bound=$5
+	case $verd in
+	converges)
+		if [ "$sec" = - ]; then
+			fail "$name: predicted to converge in ${psec}s, QEMU did not complete in ${bound}s"
+		else
+			check "$name: converges as predicted, in ${sec}s, within 2x the predicted ${psec}s" \
+				within_twice "$psec" "$sec"
+		fi
+		;;
+	does-not-converge)
+		[ "${6:-0}" = 1 ] && return 0
+		check "$name: predicted not to converge, QEMU did not complete in ${bound}s" \
+			test "$sec" = -
+		;;
+	esac
+}
+
 # rel_error REAL PRED: (real - predicted) / real, as the tests compute
 # a prediction's error.
 rel_error() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }

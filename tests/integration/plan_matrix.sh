@@ -148,22 +148,7 @@ run_case() {
 		"$(jq '.vms[0].dirty_pages_per_second // 0' "$TMP/$name.json")" "$pred" "$xfer" \
 		"$psec" "$sec" "$(jq '.vms[0].elapsed_seconds // 0' "$TMP/$name.json")" "$real")
 "
-	case $verd in
-	converges)
-		if [ "$xfer" = - ]; then
-			fail "$name: predicted to converge in ${psec}s, QEMU did not complete in ${bound}s"
-		else
-			check "$name: converges as predicted, in ${sec}s, within 2x the predicted ${psec}s" \
-				within_twice "$psec" "$sec"
-		fi
-		;;
-	does-not-converge)
-		if [ "$must_complete" = 0 ]; then
-			check "$name: predicted not to converge, QEMU did not complete in ${bound}s" \
-				test "$xfer" = -
-		fi
-		;;
-	esac
+	check_verdict "$name" "$verd" "$psec" "$sec" "$bound" "$must_complete"
 	if [ "$xfer" = - ]; then
 		[ "$must_complete" = 1 ] &&
 			fail "$name: with auto-converge or postcopy QEMU must complete, did not in ${bound}s"
