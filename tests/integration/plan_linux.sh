@@ -118,6 +118,24 @@ wait_memload() {
 	return 1
 }
 
+# wait_dirtying NAME PID: a new progress line of memload (it prints one
+# every 5 s), while its QEMU lives. Once in the lab a guest's memload
+# printed its ready line and then none (the guest dirtied nothing: its
+# sleep never ended, as timers have been seen to stop under emulation),
+# which would have made the case a quiet one.
+wait_dirtying() {
+	local n
+	n=$(grep -c "^memload: dirtied" "$TMP/$1.serial")
+	for _ in $(seq 120); do
+		[ "$(grep -c "^memload: dirtied" "$TMP/$1.serial")" -gt "$n" ] && return 0
+		kill -0 "$2" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "# $1: memload printed no progress in 12 s; the guest's console ends:"
+	tail -5 "$TMP/$1.serial" | sed 's/^/#   /'
+	return 1
+}
+
 CAPS='[{"capability":"multifd","state":false},{"capability":"auto-converge","state":false},{"capability":"postcopy-ram","state":false}]'
 PARAMS="{\"max-bandwidth\":$BW,\"downtime-limit\":$DOWNTIME}"
 TABLE=""
@@ -126,6 +144,10 @@ TABLE=""
 # fresh destination with the same settings, check the prediction.
 linux_case() {
 	local name=$1 ps=$2 rate=$3 dst=$1.dst pd t0 pred psec verd bound xfer ms sec real
+	if [ "$rate" -gt 0 ] && ! wait_dirtying "$name" "$ps"; then
+		fail "$name: the guest does not dirty its memory"
+		return 1
+	fi
 	if ! migration_settings "$name" "$CAPS" "$PARAMS"; then
 		fail "$name: QEMU $VER refused the settings"
 		return 1
