@@ -222,8 +222,9 @@ linux_case above "$P_above" "$R_ABOVE"
 
 echo "# max-bandwidth $((BW >> 20)) MiB/s, downtime-limit $DOWNTIME ms, working set $WS MiB"
 echo "# rates (pages/s): below $R_BELOW, above $R_ABOVE; what memload did:"
-for g in quiet below above; do
-	grep -h "^memload: dirtied" "$TMP/$g.serial" | tail -1 | sed "s/^/# $g: /"
+for g in below above; do
+	l=$(grep -h "^memload: dirtied" "$TMP/$g.serial" | tail -1)
+	echo "# $g: ${l:-no progress line; its console ends: $(tail -1 "$TMP/$g.serial")}"
 done
 echo "# case   verdict            dirty/s  predicted B       QEMU B  pred s  QEMU s"
 printf '%s' "$TABLE"
