@@ -188,6 +188,11 @@ $(O)/slowloris: tests/tools/slowloris.c
 $(O)/linkrelay: tests/tools/linkrelay.c
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) $< -o $@
 
+# The memory workload of plan_linux.sh's Linux guest: static, since its
+# initramfs holds nothing but busybox and it.
+$(O)/memload: tests/guest/memload.c
+	$(CC) $(KS_CFLAGS) -static $< -o $@
+
 $(O)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
 		$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS)) \
@@ -226,7 +231,7 @@ run-bench: $(BENCH_BIN)
 # build-san/), the fuzzers and the test tools.
 test-build: test-deps
 	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/mklog \
-		$(O)/slowloris $(O)/linkrelay $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
+		$(O)/slowloris $(O)/linkrelay $(O)/memload $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 

@@ -188,6 +188,98 @@ migrate_tcp() {
 	return 1
 }
 
+# ---- the planner against real migrations (plan_matrix.sh, plan_linux.sh) ----
+# wait_qmp NAME: the QMP socket answers.
+wait_qmp() {
+	wait_until "$(slow 300)" test -S "$TMP/$1.qmp" &&
+		[ -n "$(q "$1" '{"execute":"query-status"}')" ]
+}
+
+# migrate_bounded SRC DST BOUND POSTCOPY: SRC to DST (started with -incoming
+# defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
+# the first pass is over. Prints "transferred total-time-ms" once it
+# completed; cancels it after BOUND seconds (returns 2) or when it failed
+# (1).
+migrate_bounded() {
+	local r st sync port started=0 deadline
+	port=$(free_port) || return 1
+	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
+	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r" >&2; return 1 ;; esac
+	q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}" >/dev/null
+	deadline=$(awk -v n="$(date +%s.%N)" -v b="$3" 'BEGIN{printf "%.1f", n + b}')
+	while awk -v n="$(date +%s.%N)" -v d="$deadline" 'BEGIN{exit !(n < d)}'; do
+		r=$(q "$1" '{"execute":"query-migrate"}')
+		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
+		sync=$(jq -r '.return.ram["dirty-sync-count"] // 0' <<<"$r" 2>/dev/null)
+		case $st in
+		completed)
+			jq -r '.return | "\(.ram.transferred) \(.["total-time"])"' <<<"$r"
+			return 0
+			;;
+		failed | cancelled)
+			echo "# migration $st: $r" >&2
+			return 1
+			;;
+		esac
+		if [ "$4" = 1 ] && [ "$started" = 0 ] && [ "$st" = active ] && [ "${sync:-0}" -ge 2 ]; then
+			q "$1" '{"execute":"migrate-start-postcopy"}' >/dev/null
+			started=1
+		fi
+		sleep 0.1
+	done
+	q "$1" '{"execute":"migrate_cancel"}' >/dev/null
+	for _ in $(seq "$(slow 100)"); do
+		st=$(q "$1" '{"execute":"query-migrate"}' | jq -r '.return.status // empty' 2>/dev/null)
+		[ "$st" = cancelled ] && break
+		sleep 0.1
+	done
+	echo "# migration cancelled after ${3}s (status $st)" >&2
+	return 2
+}
+
+# within_time PRED REAL PCT: within PCT%, or within 0.5 s below a second
+# of real time (QEMU's own fixed costs, see plan_migrate.sh).
+within_time() {
+	within "$1" "$2" "$3" || awk -v a="$1" -v b="$2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b < 1 && d <= 0.5)}'
+}
+
+# within_twice PRED REAL: REAL at most twice PRED (or, below a second of
+# real time, at most PRED + 0.5 s: QEMU's fixed costs).
+within_twice() {
+	awk -v a="$1" -v b="$2" 'BEGIN{exit !(b <= 2 * a || (b < 1 && b - a <= 0.5))}'
+}
+
+# plan_verdict FILE: the plan's verdict (the uncertain one where the plan
+# gives one; converges true/false before it did).
+plan_verdict() {
+	jq -r '.vms[0].prediction.verdict // (if .vms[0].converges == null then "unknown"
+		elif .vms[0].converges then "converges" else "does-not-converge" end)' "$1"
+}
+
+# check_verdict NAME VERDICT PSEC SEC BOUND [MUST_COMPLETE]: the plan's
+# verdict against what QEMU did (SEC "-": it did not complete within
+# BOUND seconds): "converges" completes within 2x PSEC; "does-not-converge"
+# does not complete, but with MUST_COMPLETE=1 (auto-converge, postcopy:
+# they complete however the guest dirties). "uncertain" checks nothing.
+check_verdict() {
+	local name=$1 verd=$2 psec=$3 sec=$4 bound=$5
+	case $verd in
+	converges)
+		if [ "$sec" = - ]; then
+			fail "$name: predicted to converge in ${psec}s, QEMU did not complete in ${bound}s"
+		else
+			check "$name: converges as predicted, in ${sec}s, within 2x the predicted ${psec}s" \
+				within_twice "$psec" "$sec"
+		fi
+		;;
+	does-not-converge)
+		[ "${6:-0}" = 1 ] && return 0
+		check "$name: predicted not to converge, QEMU did not complete in ${bound}s" \
+			test "$sec" = -
+		;;
+	esac
+}
+
 # rel_error REAL PRED: (real - predicted) / real, as the tests compute
 # a prediction's error.
 rel_error() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }

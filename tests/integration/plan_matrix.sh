@@ -68,54 +68,6 @@ caps() {
 		  {"capability":"postcopy-ram","state":$p}]'
 }
 
-# wait_qmp NAME: the QMP socket answers.
-wait_qmp() {
-	wait_until "$(slow 300)" test -S "$TMP/$1.qmp" &&
-		[ -n "$(q "$1" '{"execute":"query-status"}')" ]
-}
-
-# migrate SRC DST BOUND POSTCOPY: SRC to DST (started with -incoming
-# defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
-# the first pass is over. Prints "transferred total-time-ms" once it
-# completed; cancels it after BOUND seconds (returns 2) or when it failed
-# (1).
-migrate() {
-	local r st sync port started=0 deadline
-	port=$(free_port) || return 1
-	r=$(q "$2" "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}")
-	case $r in *'"return"'*) ;; *) echo "# $2: migrate-incoming: $r" >&2; return 1 ;; esac
-	q "$1" "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$port\"}}" >/dev/null
-	deadline=$(awk -v n="$(date +%s.%N)" -v b="$3" 'BEGIN{printf "%.1f", n + b}')
-	while awk -v n="$(date +%s.%N)" -v d="$deadline" 'BEGIN{exit !(n < d)}'; do
-		r=$(q "$1" '{"execute":"query-migrate"}')
-		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
-		sync=$(jq -r '.return.ram["dirty-sync-count"] // 0' <<<"$r" 2>/dev/null)
-		case $st in
-		completed)
-			jq -r '.return | "\(.ram.transferred) \(.["total-time"])"' <<<"$r"
-			return 0
-			;;
-		failed | cancelled)
-			echo "# migration $st: $r" >&2
-			return 1
-			;;
-		esac
-		if [ "$4" = 1 ] && [ "$started" = 0 ] && [ "$st" = active ] && [ "${sync:-0}" -ge 2 ]; then
-			q "$1" '{"execute":"migrate-start-postcopy"}' >/dev/null
-			started=1
-		fi
-		sleep 0.1
-	done
-	q "$1" '{"execute":"migrate_cancel"}' >/dev/null
-	for _ in $(seq "$(slow 100)"); do
-		st=$(q "$1" '{"execute":"query-migrate"}' | jq -r '.return.status // empty' 2>/dev/null)
-		[ "$st" = cancelled ] && break
-		sleep 0.1
-	done
-	echo "# migration cancelled after ${3}s (status $st)" >&2
-	return 2
-}
-
 # boot CHAIN APPEND [QEMU ARGS...]: start the first VM of a chain (booting
 # is the slow part: each case migrates the chain's running VM to a fresh
 # destination, which runs it next).
@@ -124,25 +76,6 @@ boot() {
 	QEMU_MEM=$MEM launch_qemu "$chain.0" "$2" "${@:3}"
 	eval "VM_$chain=$chain.0 PID_$chain=$QEMU_PID"
 	eval "APPEND_$chain=\$2 ARGS_$chain=\"\${*:3}\""
-}
-
-# within_time PRED REAL PCT: within PCT%, or within 0.5 s below a second
-# of real time (QEMU's own fixed costs, see plan_migrate.sh).
-within_time() {
-	within "$1" "$2" "$3" || awk -v a="$1" -v b="$2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(b < 1 && d <= 0.5)}'
-}
-
-# within_twice PRED REAL: REAL at most twice PRED (or, below a second of
-# real time, at most PRED + 0.5 s: QEMU's fixed costs).
-within_twice() {
-	awk -v a="$1" -v b="$2" 'BEGIN{exit !(b <= 2 * a || (b < 1 && b - a <= 0.5))}'
-}
-
-# verdict FILE: the plan's verdict (the uncertain one where the plan
-# gives one; converges true/false before it did).
-verdict() {
-	jq -r '.vms[0].prediction.verdict // (if .vms[0].converges == null then "unknown"
-		elif .vms[0].converges then "converges" else "does-not-converge" end)' "$1"
 }
 
 TABLE=""
@@ -173,7 +106,7 @@ run_case() {
 		jq '.vms[0].predicted_seconds // empty')
 	pred=$(jq '.vms[0].predicted_transfer_bytes' "$TMP/$name.json")
 	psec=$(jq '.vms[0].predicted_seconds' "$TMP/$name.json")
-	verd=$(verdict "$TMP/$name.json")
+	verd=$(plan_verdict "$TMP/$name.json")
 	if [ -z "$t0" ] || [ -z "$verd" ]; then
 		fail "$name: no plan" "$(head -c 300 "$TMP/$name.err")"
 		return 1
@@ -193,7 +126,7 @@ run_case() {
 		kill "$pd" 2>/dev/null
 		return 1
 	fi
-	read -r xfer ms < <(migrate "$src" "$dst" "$bound" "$postcopy")
+	read -r xfer ms < <(migrate_bounded "$src" "$dst" "$bound" "$postcopy")
 	if [ -n "$xfer" ]; then
 		kill "$ps" 2>/dev/null
 		eval "VM_$chain=$dst PID_$chain=$pd"
@@ -215,22 +148,7 @@ run_case() {
 		"$(jq '.vms[0].dirty_pages_per_second // 0' "$TMP/$name.json")" "$pred" "$xfer" \
 		"$psec" "$sec" "$(jq '.vms[0].elapsed_seconds // 0' "$TMP/$name.json")" "$real")
 "
-	case $verd in
-	converges)
-		if [ "$xfer" = - ]; then
-			fail "$name: predicted to converge in ${psec}s, QEMU did not complete in ${bound}s"
-		else
-			check "$name: converges as predicted, in ${sec}s, within 2x the predicted ${psec}s" \
-				within_twice "$psec" "$sec"
-		fi
-		;;
-	does-not-converge)
-		if [ "$must_complete" = 0 ]; then
-			check "$name: predicted not to converge, QEMU did not complete in ${bound}s" \
-				test "$xfer" = -
-		fi
-		;;
-	esac
+	check_verdict "$name" "$verd" "$psec" "$sec" "$bound" "$must_complete"
 	if [ "$xfer" = - ]; then
 		[ "$must_complete" = 1 ] &&
 			fail "$name: with auto-converge or postcopy QEMU must complete, did not in ${bound}s"

@@ -1,0 +1,232 @@
+#!/bin/bash
+# kvmstats plan against real migrations of a real Linux guest (issue 20,
+# point 4's last sentence): Debian's kernel (the lab's own, or the
+# host's) with an initramfs of busybox and tests/guest/memload, whose
+# /init fills a 16 MiB working set and rewrites it at a fixed page rate.
+# Three guests boot together (booting is the slow part), each with its
+# own rate:
+#  - quiet: the working set written once, then left alone;
+#  - below: an eighth of max-bandwidth in pages/s;
+#  - above: twice max-bandwidth in pages/s (it never fits bandwidth x
+#    downtime-limit, so legacy pre-copy must not converge).
+# Each VM gets max-bandwidth (8 MiB/s in the lab, where a nested
+# migration is bandwidth-limited at that rate; 32 MiB/s on a host's KVM)
+# and downtime-limit 300 ms over QMP, legacy pre-copy, is planned as an
+# operator would (`plan --pid P --method scan --interval 2 --json`, and
+# once more with --interval 0: its time at no dirtying, T0), then
+# migrated over loopback TCP to a destination QEMU with the same command
+# line and settings, started with -incoming defer. A migration still
+# running after twice max(T0, predicted) + 10 s (twice that again under
+# emulation) is cancelled. Asserts issue 20's "Done when":
+#  - completed: predicted bytes within 10% of QEMU's ram.transferred,
+#    time within 15% of its total-time (below a second, 0.5 s);
+#  - "converges": QEMU completed within 2x the predicted time;
+#  - "does-not-converge": QEMU did not complete within the bound.
+# In the lab it needs nested paging (tests/lab/kvmlab --npt 1): on
+# shadow paging the nested Linux is reset as it boots.
+# The kernel is $KVMSTATS_LINUX_KERNEL, else the lab's ($KVMLAB_KERNEL,
+# set by tests/lab/kvmlab), else this host's /boot/vmlinuz-$(uname -r);
+# busybox is $KVMSTATS_BUSYBOX, else the lab's, else busybox-static's.
+# SPDX-License-Identifier: GPL-2.0-or-later
+# acceptance: in the lab QEMU's time for the below case was 25-46% over
+# the prediction in 5 runs of 6 (11% in the other), the quiet one's up
+# to 38% (QEMU sent below max-bandwidth), and once, with another lab
+# starting, the above case completed; see docs/plan.md.
+# kvmstats-test: needs=kvm qemu acceptance
+source "$(dirname "$0")/../lib.sh"
+
+require_kvm plan_linux
+need_tools plan_linux "$QEMU" socat jq gzip || exit 0
+MEMLOAD=$ROOT/build/memload
+if [ ! -x "$KVMSTATS" ] || [ ! -x "$MEMLOAD" ]; then
+	fail plan_linux "build/kvmstats or build/memload missing: run make test-build"
+	exit 0
+fi
+KERNEL=${KVMSTATS_LINUX_KERNEL:-${KVMLAB_KERNEL:-/boot/vmlinuz-$(uname -r)}}
+BUSYBOX=${KVMSTATS_BUSYBOX:-${KVMLAB_BUSYBOX:-/bin/busybox}}
+if [ ! -r "$KERNEL" ]; then
+	skip plan_linux "no Linux kernel to boot ($KERNEL): set KVMSTATS_LINUX_KERNEL"
+	exit 0
+fi
+# A dynamic busybox would not run in an initramfs without its libraries.
+if [ ! -x "$BUSYBOX" ] || LC_ALL=C readelf -l "$BUSYBOX" 2>/dev/null | grep -q 'interpreter'; then
+	skip plan_linux "no static busybox ($BUSYBOX): install busybox-static or set KVMSTATS_BUSYBOX"
+	exit 0
+fi
+VER=$(qemu_version)
+
+MEM=256 WS=16 DOWNTIME=300 INTERVAL=2
+if [ "$SLOW" -gt 1 ]; then
+	BW=$((8 << 20))
+else
+	BW=$((32 << 20))
+fi
+R_BELOW=$((BW / 8 / 4096))
+R_ABOVE=$((BW * 2 / 4096))
+
+# The initramfs: busybox and memload; /init puts devtmpfs on /dev (an
+# external initramfs gets no /dev/console) and runs the workload with
+# the rate the kernel hands it (an unknown name=value on its command line
+# is an environment variable of init).
+mkdir -p "$TMP/initramfs/bin" "$TMP/initramfs/dev"
+cp "$BUSYBOX" "$TMP/initramfs/bin/busybox"
+cp "$MEMLOAD" "$TMP/initramfs/bin/memload"
+cat >"$TMP/initramfs/init" <<-'INIT'
+	#!/bin/busybox sh
+	/bin/busybox mount -t devtmpfs devtmpfs /dev
+	exec /bin/memload "$memload_ws" "$memload_rate" >/dev/ttyS0 2>&1
+INIT
+chmod 755 "$TMP/initramfs/init"
+if ! (cd "$TMP/initramfs" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1) \
+	>"$TMP/initrd.gz"; then
+	fail plan_linux "cannot make the guest's initramfs"
+	exit 0
+fi
+
+# launch_linux NAME RATE [QEMU ARGS...]: a Linux guest running memload at
+# RATE pages/s (launch_qemu's files: $TMP/NAME.qmp, .serial, .log).
+launch_linux() {
+	local name=$1 rate=$2
+	shift 2
+	"$QEMU" -enable-kvm -m "$MEM" -smp 1 -display none -nodefaults \
+		-no-user-config -no-reboot -name "guest=$name" \
+		-serial "file:$TMP/$name.serial" -qmp "unix:$TMP/$name.qmp,server=on,wait=off" \
+		-kernel "$KERNEL" -initrd "$TMP/initrd.gz" \
+		-append "console=ttyS0 quiet panic=-1 memload_ws=$WS memload_rate=$rate" \
+		"$@" 2>>"$TMP/$name.log" &
+	QEMU_PID=$!
+	track "$QEMU_PID"
+}
+
+# wait_memload NAME PID SECONDS: memload's ready line on the guest's
+# serial port while its QEMU lives.
+wait_memload() {
+	for _ in $(seq $(($3 * 10))); do
+		grep -q "^memload: ready" "$TMP/$1.serial" 2>/dev/null && return 0
+		kill -0 "$2" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "# $1: no ready line from memload in $3 s; its console ends:"
+	tail -5 "$TMP/$1.serial" 2>/dev/null | sed 's/^/#   /'
+	sed 's/^/#   qemu: /' "$TMP/$1.log" 2>/dev/null | tail -5
+	# Seen in the lab: on kvm_amd's shadow paging the guest is reset (a
+	# triple fault; -no-reboot ends QEMU, silent) as its kernel leaves
+	# real mode, right after "Probing EDD"; on nested paging it boots.
+	if ! kill -0 "$2" 2>/dev/null &&
+		[ "$(cat /sys/module/kvm_amd/parameters/npt 2>/dev/null)" = N ]; then
+		echo "# QEMU ended: Linux does not boot nested on kvm_amd npt=0 here (the lab: --npt 1)"
+	fi
+	return 1
+}
+
+# wait_dirtying NAME PID: a new progress line of memload (it prints one
+# every 5 s), while its QEMU lives. Once in the lab a guest's memload
+# printed its ready line and then none (the guest dirtied nothing: its
+# sleep never ended, as timers have been seen to stop under emulation),
+# which would have made the case a quiet one.
+wait_dirtying() {
+	local n
+	n=$(grep -c "^memload: dirtied" "$TMP/$1.serial")
+	for _ in $(seq 120); do
+		[ "$(grep -c "^memload: dirtied" "$TMP/$1.serial")" -gt "$n" ] && return 0
+		kill -0 "$2" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "# $1: memload printed no progress in 12 s; the guest's console ends:"
+	tail -5 "$TMP/$1.serial" | sed 's/^/#   /'
+	return 1
+}
+
+CAPS='[{"capability":"multifd","state":false},{"capability":"auto-converge","state":false},{"capability":"postcopy-ram","state":false}]'
+PARAMS="{\"max-bandwidth\":$BW,\"downtime-limit\":$DOWNTIME}"
+TABLE=""
+
+# linux_case NAME PID RATE: plan the running VM NAME, migrate it to a
+# fresh destination with the same settings, check the prediction.
+linux_case() {
+	local name=$1 ps=$2 rate=$3 dst=$1.dst pd t0 pred psec verd bound xfer ms sec real
+	if [ "$rate" -gt 0 ] && ! wait_dirtying "$name" "$ps"; then
+		fail "$name: the guest does not dirty its memory"
+		return 1
+	fi
+	if ! migration_settings "$name" "$CAPS" "$PARAMS"; then
+		fail "$name: QEMU $VER refused the settings"
+		return 1
+	fi
+	"$KVMSTATS" plan --pid "$ps" --method scan --interval "$INTERVAL" --json \
+		>"$TMP/$name.json" 2>"$TMP/$name.err"
+	t0=$("$KVMSTATS" plan --pid "$ps" --method scan --interval 0 --json 2>/dev/null |
+		jq '.vms[0].predicted_seconds // empty')
+	pred=$(jq '.vms[0].predicted_transfer_bytes' "$TMP/$name.json" 2>/dev/null)
+	psec=$(jq '.vms[0].predicted_seconds' "$TMP/$name.json" 2>/dev/null)
+	verd=$(plan_verdict "$TMP/$name.json" 2>/dev/null)
+	if [ -z "$t0" ] || [ -z "$verd" ] || [ -z "$pred" ]; then
+		fail "$name: no plan" "$(head -c 300 "$TMP/$name.err")"
+		return 1
+	fi
+	bound=$(awk -v t="$t0" -v p="$psec" -v k="$SLOW" 'BEGIN{m = t
+		if (p != "null" && p > m) m = p; b = 2 * m + 10
+		if (k > 1) b *= 2; printf "%.1f", b}')
+
+	launch_linux "$dst" "$rate" -incoming defer
+	pd=$QEMU_PID
+	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$CAPS" "$PARAMS"; then
+		fail "$name: the destination QEMU did not start"
+		return 1
+	fi
+	read -r xfer ms < <(migrate_bounded "$name" "$dst" "$bound" 0)
+	if [ -n "$xfer" ]; then
+		sec=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
+		real=completed
+	else
+		xfer=- sec=- real="cancelled after ${bound}s"
+	fi
+	kill "$ps" "$pd" 2>/dev/null
+	echo "# $name: plan: $(jq -c '.vms[0] | {verdict: (.prediction.verdict // .converges),
+		dirty_pages_per_second, passes: .prediction.passes,
+		bandwidth: .prediction.bandwidth_bytes_per_second,
+		plan_seconds: .elapsed_seconds,
+		interval: .prediction.predicted_seconds_interval}' "$TMP/$name.json"), T0 ${t0}s"
+	TABLE="$TABLE$(printf '# %-6s %-17s %7.0f %12s %12s %7.2f %7s  %s' "$name" "$verd" \
+		"$(jq '.vms[0].dirty_pages_per_second // 0' "$TMP/$name.json")" "$pred" "$xfer" \
+		"$psec" "$sec" "$real")
+"
+	check_verdict "$name" "$verd" "$psec" "$sec" "$bound"
+	case $verd in
+	converges | does-not-converge) ;;
+	*) fail "$name: verdict $verd, where rate $rate pages/s is far from the threshold" ;;
+	esac
+	[ "$xfer" = - ] && return 0
+	check "$name: predicted bytes $pred within 10% of QEMU's $xfer" within "$pred" "$xfer" 10
+	check "$name: predicted time ${psec}s within 15% of QEMU's ${sec}s" within_time "$psec" "$sec" 15
+}
+
+T_START=$SECONDS
+launch_linux quiet 0
+P_quiet=$QEMU_PID
+launch_linux below "$R_BELOW"
+P_below=$QEMU_PID
+launch_linux above "$R_ABOVE"
+P_above=$QEMU_PID
+for g in "quiet $P_quiet" "below $P_below" "above $P_above"; do
+	# shellcheck disable=SC2086 # NAME PID
+	if ! wait_memload $g "$(slow 60)"; then
+		fail "plan_linux: the Linux guests did not boot"
+		exit 0
+	fi
+done
+echo "# QEMU $VER, Linux $(basename "$KERNEL"), $MEM MiB guests booted in $((SECONDS - T_START)) s"
+
+linux_case quiet "$P_quiet" 0
+linux_case below "$P_below" "$R_BELOW"
+linux_case above "$P_above" "$R_ABOVE"
+
+echo "# max-bandwidth $((BW >> 20)) MiB/s, downtime-limit $DOWNTIME ms, working set $WS MiB"
+echo "# rates (pages/s): below $R_BELOW, above $R_ABOVE; what memload did:"
+for g in below above; do
+	l=$(grep -h "^memload: dirtied" "$TMP/$g.serial" | tail -1)
+	echo "# $g: ${l:-no progress line; its console ends: $(tail -1 "$TMP/$g.serial")}"
+done
+echo "# case   verdict            dirty/s  predicted B       QEMU B  pred s  QEMU s"
+printf '%s' "$TABLE"
+echo "# plan_linux: $((SECONDS - T_START)) s"
