@@ -379,7 +379,7 @@ static void print_settings(const struct kvmstats_plan *p)
 		printf("  zero test: QEMU's of the first pass, %.2f s at %.0f MB/s "
 		       "(this host's, as the scan ran)\n", d->walk_s, d->walk_rate / 1e6);
 	else
-		printf("  zero test: not modelled (no scan timed it, or QEMU tests no page)\n");
+		printf("  zero test: not modelled (no scan timed it, an ASan build, or QEMU tests no page)\n");
 	if (s->auto_converge)
 		printf("  auto-converge: the guest's vCPUs throttled up to %u%% for %.2f s\n",
 		       d->max_throttle, d->throttled_s);
