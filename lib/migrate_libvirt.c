@@ -261,10 +261,12 @@ static int query_ask(struct lv_query *q, unsigned int timeout_ms,
 
 	if (err)
 		return err;
+	if (!timeout_ms)
+		timeout_ms = 1000;
 	pthread_mutex_lock(&q->lock);
-	if (!query_wait(q, timeout_ms ? timeout_ms : 1000)) {
+	if (!query_wait(q, timeout_ms)) {
 		snprintf(out->why, sizeof(out->why), "libvirt %.100s did not "
-			 "answer within %u ms", q->uri, timeout_ms ? timeout_ms : 1000);
+			 "answer within %u ms", q->uri, timeout_ms);
 		err = -ETIMEDOUT;
 	} else {
 		err = q->err;

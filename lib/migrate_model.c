@@ -174,16 +174,13 @@ static double compress_seconds(const struct mech *m, double normal)
  * migration thread, or the multifd channels where they test (9.0+).
  * Seconds per page walked; 0: not modelled. */
 static double walk_per_page(const struct kvmstats_migrate_input *in,
-			    const struct kvmstats_migrate_settings *s,
-			    double *rate)
+			    const struct kvmstats_migrate_settings *s)
 {
 	unsigned int testers = s ? ks_multifd_zero_testers(s) : 1;
 
-	*rate = 0;
 	if (in->walk_rate <= 0 || !testers)
 		return 0;
-	*rate = in->walk_rate * on_cpus(testers);
-	return KS_PAGE / *rate;
+	return KS_PAGE / (in->walk_rate * on_cpus(testers));
 }
 
 /* The model's state over the passes. */
@@ -194,7 +191,6 @@ struct run {
 	struct ks_throttle th;
 	double bw, thr, cap, rate;
 	double walk;		/* seconds per page QEMU tests, 0: not modelled */
-	double walk_rate;	/* bytes/s it tests them at */
 	double bytes, t;	/* sent since the last sync, and in what time */
 	double left, left_b, left_w;	/* pages (bytes reported, on the wire)
 					 * not sent at it */
@@ -356,7 +352,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	maxp = r.in.max_passes ? r.in.max_passes : KS_MIG_MAX_SYNCS;
 	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages +
 			 r.in.unknown_pages);
-	r.walk = walk_per_page(&r.in, s, &r.walk_rate);
+	r.walk = walk_per_page(&r.in, s);
 	out->assumed_clean = !r.in.curve || !r.in.npoints;
 	if (!out->assumed_clean && r.in.curve[r.in.npoints - 1].t > 0)
 		out->dirty_pages_per_second =
@@ -381,7 +377,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->max_throttle = r.th.max;
 		d->throttled_s = r.th.throttled_s;
 		d->effective_bw = r.rate;
-		d->walk_rate = r.walk_rate;
+		d->walk_rate = r.walk > 0 ? KS_PAGE / r.walk : 0;
 		d->walk_s = r.cap * r.walk;
 		d->wire_bytes = (uint64_t)(r.m.wire +
 					   (s ? ks_migrate_fixed_bytes(s) : 0));
