@@ -197,9 +197,9 @@ wait_qmp() {
 
 # migrate_bounded SRC DST BOUND POSTCOPY: SRC to DST (started with -incoming
 # defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
-# the first pass is over. Prints "transferred total-time-ms" once it
-# completed; cancels it after BOUND seconds (returns 2) or when it failed
-# (1).
+# the first pass is over. Prints "transferred total-time-ms setup-time-ms"
+# once it completed; cancels it after BOUND seconds (returns 2) or when it
+# failed (1).
 migrate_bounded() {
 	local r st sync port started=0 deadline
 	port=$(free_port) || return 1
@@ -213,7 +213,7 @@ migrate_bounded() {
 		sync=$(jq -r '.return.ram["dirty-sync-count"] // 0' <<<"$r" 2>/dev/null)
 		case $st in
 		completed)
-			jq -r '.return | "\(.ram.transferred) \(.["total-time"])"' <<<"$r"
+			jq -r '.return | "\(.ram.transferred) \(.["total-time"]) \(.["setup-time"] // "-")"' <<<"$r"
 			return 0
 			;;
 		failed | cancelled)

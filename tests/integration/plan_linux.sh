@@ -174,7 +174,7 @@ linux_case() {
 		fail "$name: the destination QEMU did not start"
 		return 1
 	fi
-	read -r xfer ms < <(migrate_bounded "$name" "$dst" "$bound" 0)
+	read -r xfer ms _ < <(migrate_bounded "$name" "$dst" "$bound" 0)
 	if [ -n "$xfer" ]; then
 		sec=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
 		real=completed

@@ -126,7 +126,7 @@ run_case() {
 		kill "$pd" 2>/dev/null
 		return 1
 	fi
-	read -r xfer ms < <(migrate_bounded "$src" "$dst" "$bound" "$postcopy")
+	read -r xfer ms _ < <(migrate_bounded "$src" "$dst" "$bound" "$postcopy")
 	if [ -n "$xfer" ]; then
 		kill "$ps" 2>/dev/null
 		eval "VM_$chain=$dst PID_$chain=$pd"

@@ -2,7 +2,8 @@
 /*
  * The drain scheduler: shares of the link with one and two migrations at
  * a time, own max-bandwidth against the link, the abort of a VM that does
- * not converge, the plan's order against largest-first, the interval.
+ * not converge, the plan's order against largest-first, the interval,
+ * the pace of QEMU's zero test.
  */
 #include <math.h>
 
@@ -282,6 +283,40 @@ static void test_agrees_with_model(void **state)
 	kvmstats_drain__free(d);
 }
 
+/* A mostly-zero 1 GiB guest whose pages QEMU tests at 256 MiB/s: its
+ * first pass is paced by that test, not by its bandwidth, alone as in the
+ * per-VM model; beside it the other VM gets the rest of the link. */
+static void test_walk_paces(void **state)
+{
+	struct guest g[2];
+	struct kvmstats_drain *d;
+	const struct kvmstats_drain_slot *zero, *full;
+	double pace;
+
+	(void)state;
+	guest(&g[0], 1, 1024, 0.98, 0, 0, 32);
+	g[0].vm.model.walk_rate = 256 * MIB;
+	guest(&g[1], 2, 64, 0, 0, 0, 64);
+	d = drain(g, 1, 48, 2, KVMSTATS_DRAIN_ORDER_PLAN, 0);
+	zero = kvmstats_drain__slot(d, 0);
+	assert_int_equal(zero->limit, KVMSTATS_DRAIN_BY_WALK);
+	assert_true(zero->seconds > 3.9 && zero->seconds < 4.1);
+	assert_true(fabs(zero->seconds - zero->alone.seconds) < 1e-3 * zero->alone.seconds);
+	kvmstats_drain__free(d);
+
+	d = drain(g, 2, 48, 2, KVMSTATS_DRAIN_ORDER_PLAN, 0);
+	zero = by_pid(d, 1);
+	full = by_pid(d, 2);
+	pace = clean_bytes(&g[0]) / 4.0;
+	assert_int_equal(zero->segs[0].by, KVMSTATS_DRAIN_BY_WALK);
+	assert_true(fabs(zero->segs[0].bandwidth - pace) < 1e-3 * pace);
+	assert_int_equal(full->segs[0].by, KVMSTATS_DRAIN_BY_LINK);
+	assert_true(fabs(full->segs[0].bandwidth - (48 * MIB - pace)) < 1e-3 * pace);
+	assert_true(fabs(full->end_s - clean_bytes(&g[1]) / (48 * MIB - pace)) < 1e-3);
+	assert_true(fabs(zero->end_s - zero->alone.seconds) < 1e-3 * zero->alone.seconds);
+	kvmstats_drain__free(d);
+}
+
 static void test_bad_input(void **state)
 {
 	struct guest g[1];
@@ -311,6 +346,7 @@ int main(void)
 		cmocka_unit_test(test_share_stalls),
 		cmocka_unit_test(test_orders_and_interval),
 		cmocka_unit_test(test_agrees_with_model),
+		cmocka_unit_test(test_walk_paces),
 		cmocka_unit_test(test_bad_input),
 	};
 
