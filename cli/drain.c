@@ -178,6 +178,9 @@ int drain_input_of(struct kvmstats_plan *p, const char *name,
 		.curve = r->dirty_measured ? r->dirty.points : NULL,
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
 	};
+	/* The zero test as the plan modelled it (its testers included): the
+	 * schedule paces each pass by it, so it is not setup time. */
+	out->model.walk_rate = d->walk_rate;
 	out->max_bandwidth = d->effective_bw > 0 ? d->effective_bw : r->bandwidth;
 	out->downtime_s = r->downtime_s;
 	out->model.bandwidth = out->max_bandwidth;

@@ -38,7 +38,7 @@ struct drain_vm {
 /* The drain scheduler's input for one VM from its plan (predicted):
  * the per-VM model's inputs, its own max-bandwidth and downtime-limit;
  * the time the plan adds beyond the legacy pre-copy's bytes at its
- * bandwidth (setup and switch-over) is kept as setup_s. @name is not
+ * bandwidth and zero-test pace (setup and switch-over) is kept as setup_s. @name is not
  * copied. -EINVAL when the model refuses it. Also serve's (serve_drain.c). */
 int drain_input_of(struct kvmstats_plan *p, const char *name,
 		   struct kvmstats_drain_vm *out);

@@ -6,9 +6,12 @@
  * the VMs that will not leave.
  *
  * The schedule is an event simulation. While k migrations run, each gets
- * min(its own max-bandwidth, its fair share of the link), what one leaves
+ * min(its own max-bandwidth, the rate at which QEMU tests its pages for
+ * zero before it sends them, its fair share of the link), what one leaves
  * unused shared among the others (max-min fairness, as TCP flows through
- * one bottleneck settle). At each start and finish the shares change, and
+ * one bottleneck settle). At each start and finish (and at the end of a
+ * pass the zero test paced: the next one tests fewer pages per byte) the
+ * shares change, and
  * each running VM goes on with QEMU's pre-copy (kvmstats_migrate__predict's
  * model, pass by pass) at its new bandwidth: the pass under way finishes
  * at the new rate, the next one sends what the guest dirtied meanwhile,
@@ -36,9 +39,10 @@ struct kvmstats_drain_vm {
 	const char *name;	/* may be NULL; copied */
 	uint64_t memory_bytes;	/* for the abort rule and largest-first */
 	/* The per-VM model's inputs: pages and the dirty curve (its points'
-	 * pages, and lo/hi for the interval). bandwidth and downtime_s are
-	 * ignored: the schedule gives the bandwidth, the next two fields
-	 * the rest. */
+	 * pages, and lo/hi for the interval), and walk_rate: the bytes of
+	 * pages QEMU tests for zero per second, all its testers together
+	 * (0: not modelled). bandwidth and downtime_s are ignored: the
+	 * schedule gives the bandwidth, the next two fields the rest. */
 	struct kvmstats_migrate_input model;
 	double max_bandwidth;	/* its own max-bandwidth, bytes/s */
 	double downtime_s;	/* its downtime-limit; 0: QEMU's default */
@@ -74,6 +78,7 @@ enum kvmstats_drain_limit {
 	KVMSTATS_DRAIN_BY_NONE,		/* setting up: no bandwidth used */
 	KVMSTATS_DRAIN_BY_OWN,		/* its own max-bandwidth */
 	KVMSTATS_DRAIN_BY_LINK,		/* its share of the link */
+	KVMSTATS_DRAIN_BY_WALK,		/* QEMU's zero test of its pages (the CPU) */
 };
 
 /* A stretch of a migration at one bandwidth. */

@@ -55,6 +55,7 @@ struct mig {
 	bool stuck;		/* the last pass did not shrink */
 	double start, end, abort_at;
 	double share;
+	double own;		/* min(its max-bandwidth, its walk's pace) */
 	enum kvmstats_drain_limit by;
 };
 
@@ -150,6 +151,12 @@ static double to_sync(struct mig *m, double bw)
 	return x / bw;
 }
 
+/* Seconds to @m's next sync at @bw. */
+static double to_sync_s(const struct mig *m, double bw)
+{
+	return bw > 0 ? (m->left - hold(m, bw)) / bw : INFINITY;
+}
+
 /* Run @m for @dt seconds at @bw. */
 static void mig_advance(struct mig *m, double bw, double dt)
 {
@@ -163,7 +170,7 @@ static void mig_advance(struct mig *m, double bw, double dt)
 		m->ph = P_COPY;
 	}
 	while (dt > 0 && (m->ph == P_COPY || m->ph == P_FINAL)) {
-		double x = bw > 0 ? (m->left - hold(m, bw)) / bw : INFINITY;
+		double x = to_sync_s(m, bw);
 
 		if (x > dt) {
 			m->left -= bw * dt;
@@ -200,12 +207,31 @@ static double mig_time_left(const struct mig *m, double bw)
 
 /* ---- the link's shares ---- */
 
-static int cmp_cap(const void *a, const void *b)
+static int cmp_own(const void *a, const void *b)
 {
 	const struct mig *x = *(struct mig *const *)a, *y = *(struct mig *const *)b;
-	double cx = x->v->in.max_bandwidth, cy = y->v->in.max_bandwidth;
 
-	return (cx > cy) - (cx < cy);
+	return (x->own > y->own) - (x->own < y->own);
+}
+
+/* QEMU tests each page of a pass for zero before it sends it (see
+ * migrate_model.c): the pass's bytes cannot go faster than its pages are
+ * tested. A mostly-zero first pass is a few bytes per page tested, so a
+ * large zero guest takes less of the link than its share, leaving the
+ * rest to the others; its later passes are whole pages, rarely paced. */
+static void own_limit(struct mig *m)
+{
+	double walk = m->v->in.model.walk_rate, pace;
+
+	m->own = m->v->in.max_bandwidth;
+	m->by = KVMSTATS_DRAIN_BY_OWN;
+	if (walk <= 0 || m->pass_pg <= 0)
+		return;
+	pace = m->pass_b / m->pass_pg * walk / KVMSTATS_PAGE_SIZE;
+	if (pace < m->own) {
+		m->own = pace;
+		m->by = KVMSTATS_DRAIN_BY_WALK;
+	}
 }
 
 /* Max-min fair shares of @link among the migrations that send: the
@@ -218,15 +244,21 @@ static void share_link(struct mig **run, size_t k, double link)
 	for (size_t i = 0; i < k; i++) {
 		run[i]->share = 0;
 		run[i]->by = KVMSTATS_DRAIN_BY_NONE;
-		if (run[i]->ph != P_SETUP)
+		if (run[i]->ph != P_SETUP) {
+			own_limit(run[i]);
 			s[m++] = run[i];
+		}
 	}
-	qsort(s, m, sizeof(*s), cmp_cap);
+	qsort(s, m, sizeof(*s), cmp_own);
 	for (size_t i = 0; i < m; i++) {
-		double fair = link / (double)(m - i), cap = s[i]->v->in.max_bandwidth;
+		double fair = link / (double)(m - i);
 
-		s[i]->share = cap <= fair ? cap : fair;
-		s[i]->by = cap <= fair ? KVMSTATS_DRAIN_BY_OWN : KVMSTATS_DRAIN_BY_LINK;
+		if (s[i]->own > fair) {
+			s[i]->share = fair;
+			s[i]->by = KVMSTATS_DRAIN_BY_LINK;
+		} else {
+			s[i]->share = s[i]->own;
+		}
 		link -= s[i]->share;
 	}
 }
@@ -260,7 +292,8 @@ static void record_seg(struct kvmstats_drain_slot *s, const struct mig *m,
 	s->segs[s->nsegs++] = (struct kvmstats_drain_seg){ from, to, m->share, m->by };
 }
 
-/* The next event: the first completion, abort, or setup's end. */
+/* The next event: the first completion, abort, setup's end, or the end
+ * of a pass its walk paced (the next one's pace differs). */
 static double next_event(struct mig **run, size_t k, double now)
 {
 	double dt = INFINITY;
@@ -268,6 +301,9 @@ static double next_event(struct mig **run, size_t k, double now)
 	for (size_t i = 0; i < k; i++) {
 		double x = run[i]->ph == P_SETUP ? run[i]->setup_left
 						 : mig_time_left(run[i], run[i]->share);
+
+		if (run[i]->by == KVMSTATS_DRAIN_BY_WALK)
+			x = fmin(x, to_sync_s(run[i], run[i]->share));
 
 		if (x < dt)
 			dt = x;
@@ -560,19 +596,18 @@ static void alone(const struct kvmstats_drain *d, struct kvmstats_drain_slot *s)
 
 static enum kvmstats_drain_limit main_limit(const struct kvmstats_drain_slot *s)
 {
-	double own = 0, link = 0;
+	double t[KVMSTATS_DRAIN_BY_WALK + 1] = { 0 }, most = 0;
+	enum kvmstats_drain_limit best = KVMSTATS_DRAIN_BY_NONE;
 
-	for (uint32_t i = 0; i < s->nsegs; i++) {
-		double t = s->segs[i].to_s - s->segs[i].from_s;
-
-		if (s->segs[i].by == KVMSTATS_DRAIN_BY_OWN)
-			own += t;
-		else if (s->segs[i].by == KVMSTATS_DRAIN_BY_LINK)
-			link += t;
-	}
-	if (own == 0 && link == 0)
-		return KVMSTATS_DRAIN_BY_NONE;
-	return link > own ? KVMSTATS_DRAIN_BY_LINK : KVMSTATS_DRAIN_BY_OWN;
+	for (uint32_t i = 0; i < s->nsegs; i++)
+		if ((unsigned int)s->segs[i].by <= KVMSTATS_DRAIN_BY_WALK)
+			t[s->segs[i].by] += s->segs[i].to_s - s->segs[i].from_s;
+	for (int by = KVMSTATS_DRAIN_BY_OWN; by <= KVMSTATS_DRAIN_BY_WALK; by++)
+		if (t[by] > most) {
+			most = t[by];
+			best = (enum kvmstats_drain_limit)by;
+		}
+	return best;
 }
 
 static void fill_slot(struct kvmstats_drain *d, size_t pos, size_t idx,
@@ -750,7 +785,7 @@ const struct kvmstats_drain_slot *kvmstats_drain__slot(const struct kvmstats_dra
 
 static const char *const order_names[] = { "plan", "largest-first", "smallest-first" };
 static const char *const search_names[] = { "exhaustive", "greedy", "fixed" };
-static const char *const limit_names[] = { "setup", "own", "link" };
+static const char *const limit_names[] = { "setup", "own", "link", "walk" };
 
 const char *kvmstats_drain_order_str(enum kvmstats_drain_order o)
 {
