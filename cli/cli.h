@@ -141,6 +141,7 @@ enum {
 	OPT_FORCE,
 	OPT_QMP,
 	OPT_LIBVIRT_URI,
+	OPT_SOURCE_TIMEOUT,
 	OPT_CMD_BASE = 0x200,	/* a command's own long-only options */
 };
 
@@ -153,6 +154,10 @@ enum {
 	{ "guest", 'g', CLI_OPT_ALIAS, "REGEX", NULL, NULL }
 #define CLI_OPT_FILE(help)                                                     \
 	{ "file", OPT_FILE, 0, "IMAGE...", "none", help }
+/* A VMM's monitor may be slow or hung: each exchange is bounded. */
+#define CLI_OPT_QMP_TIMEOUT                                                    \
+	{ "qmp-timeout", OPT_SOURCE_TIMEOUT, 0, "MS", "1000",                  \
+	  "one exchange with a VMM's monitor (QMP, or libvirt's) takes at most this" }
 /* How VMMs are read. */
 #define CLI_OPTS_SOURCE                                                        \
 	{ "source", OPT_SOURCE, 0, "SOURCE", "auto",                          \
@@ -164,7 +169,8 @@ enum {
 	{ "qmp", OPT_QMP, 0, "PATH", "from QEMU's command line",               \
 	  "the QMP socket of the one --pid given" },                          \
 	{ "libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",          \
-	  "the libvirt connection to ask" }
+	  "the libvirt connection to ask" },                                  \
+	CLI_OPT_QMP_TIMEOUT
 /* Live VMMs: every target option but --file. */
 #define CLI_OPTS_TARGET                                                        \
 	CLI_OPT_PID("only this VMM process (repeatable)"),                     \
@@ -183,6 +189,7 @@ struct target_args {
 	unsigned int flags;
 	const char *qmp;
 	const char *libvirt_uri;
+	unsigned int timeout_ms;	/* --qmp-timeout; 0: the library's */
 	regex_t name_re;
 	bool name_set;
 };

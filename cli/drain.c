@@ -108,6 +108,7 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v,
 {
 	struct kvmstats_ram_opts ro = {
 		.sz = sizeof(ro), .qmp_path = a->t.npids == 1 ? a->t.qmp : NULL,
+		.timeout_ms = a->t.timeout_ms,
 	};
 	struct kvmstats_plan_opts po = {
 		.sz = sizeof(po), .methods = a->methods,
@@ -288,6 +289,7 @@ static const struct cli_opt drain_opts[] = {
 		     "process name)"),
 	{ "qmp", OPT_QMP, 0, "PATH", "from QEMU's command line",
 	  "the QMP socket of the one --pid given" },
+	CLI_OPT_QMP_TIMEOUT,
 	{ 0 },
 };
 

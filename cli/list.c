@@ -64,7 +64,7 @@ static struct kvmstats_host_opts host_opts(const struct target_args *a,
 		.sz = sizeof(struct kvmstats_host_opts),
 		.pids = pids, .npids = npids, .source = source,
 		.flags = a->flags, .qmp_path = a->qmp,
-		.libvirt_uri = a->libvirt_uri,
+		.libvirt_uri = a->libvirt_uri, .timeout_ms = a->timeout_ms,
 	};
 }
 

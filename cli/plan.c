@@ -161,6 +161,7 @@ static void open_row(const struct plan_args *a, struct vm_row *row,
 	struct kvmstats_ram_opts ro = {
 		.sz = sizeof(ro), .ranges = nr ? ranges : NULL, .nranges = nr,
 		.qmp_path = a->t.npids == 1 ? a->t.qmp : NULL,
+		.timeout_ms = a->t.timeout_ms,
 	};
 	struct kvmstats_plan_opts po = {
 		.sz = sizeof(po), .methods = a->methods,
@@ -200,7 +201,7 @@ static void read_stats(struct cli *cli, const struct plan_args *a,
 		.sz = sizeof(struct kvmstats_host_opts), .pids = pids, .npids = np,
 		.source = a->t.source, .flags = a->t.flags,
 		.qmp_path = np == 1 ? a->t.qmp : NULL,
-		.libvirt_uri = a->t.libvirt_uri }) : NULL;
+		.libvirt_uri = a->t.libvirt_uri, .timeout_ms = a->t.timeout_ms }) : NULL;
 	if (h && kvmstats_host__refresh(h) < 0) {
 		kvmstats_host__free(h);
 		h = NULL;

@@ -270,6 +270,7 @@ static void plan_open(struct server *s, struct plan_row *row)
 	struct kvmstats_ram_opts ro = {
 		.sz = sizeof(ro),
 		.qmp_path = s->targs->npids == 1 ? s->targs->qmp : NULL,
+		.timeout_ms = s->targs->timeout_ms,
 	};
 	struct kvmstats_plan_opts po = {
 		.sz = sizeof(po), .methods = 1u << c->method,

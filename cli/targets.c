@@ -107,6 +107,14 @@ int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 	case OPT_LIBVIRT_URI:
 		a->libvirt_uri = arg;
 		return 1;
+	case OPT_SOURCE_TIMEOUT: {
+		long ms = cli_parse_long(cli, "--qmp-timeout", arg, 10, 60000);
+
+		if (ms < 0)
+			return -1;
+		a->timeout_ms = (unsigned int)ms;
+		return 1;
+	}
 	}
 	return 0;
 }
@@ -175,7 +183,7 @@ struct kvmstats_host *target_host_new(struct cli *cli,
 		.sz = sizeof(struct kvmstats_host_opts),
 		.pids = a->pids, .npids = a->npids, .source = a->source,
 		.flags = a->flags, .qmp_path = a->qmp,
-		.libvirt_uri = a->libvirt_uri });
+		.libvirt_uri = a->libvirt_uri, .timeout_ms = a->timeout_ms });
 	if (!h)
 		cli_err(cli, "cannot watch the host: %s", strerror(errno));
 	return h;

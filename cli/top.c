@@ -623,9 +623,11 @@ static int top_check(struct cli *cli, void *ctx)
 			       "--log --json')");
 	/* A log is read as it was recorded: --pid and --name choose in it,
 	 * nothing chooses how. */
-	if (t->o.replay && (a->source || a->flags || a->qmp || a->libvirt_uri))
+	if (t->o.replay && (a->source || a->flags || a->qmp || a->libvirt_uri ||
+			    a->timeout_ms))
 		return cli_bad(cli, "--replay reads a log: --source, --attach, "
-			       "--force, --qmp and --libvirt-uri read live VMs");
+			       "--force, --qmp, --libvirt-uri and --qmp-timeout "
+			       "read live VMs");
 	return target_args_check(cli, a, false);
 }
 

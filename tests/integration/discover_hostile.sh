@@ -14,6 +14,7 @@
 #    real-time class); what the code cannot control is when the kernel runs the
 #    thread on a machine other processes load: where the test may (root),
 #    record runs under SCHED_FIFO (chrt -f), as a loaded host runs it.
+# And dump of a mute monitor waits its --qmp-timeout, no more, no less.
 # WINDOW=SECONDS sets the windows (default 8, record's at least 20: the
 # good monitor is opened behind the hostile ones; 60 for the report).
 source "$(dirname "$0")/../lib.sh"
@@ -58,6 +59,23 @@ track $GOODQ
 wait_file "$TMP/goodq.ready" 20 || { fail "discover_hostile: good monitor started" "$(cat "$TMP/goodq.log")"; exit 0; }
 
 now() { date +%s.%N; }
+
+# --qmp-timeout bounds each exchange with a monitor: dump of a mute one
+# waits that long, no less (3 s), and gives up sooner when asked (0.1 s).
+MUTE=$(head -1 "$TMP/fakes")
+dump_secs() {
+	local t0
+	t0=$(now)
+	"$KVMSTATS" dump --source qmp --pid "$MUTE" --qmp-timeout "$1" --json >"$TMP/mute$1.json" 2>"$TMP/mute$1.err"
+	awk -v t="$(now)" -v t0="$t0" 'BEGIN { printf "%.2f", t - t0 }'
+}
+LONG=$(dump_secs 3000) SHORT=$(dump_secs 100)
+echo "# dump of a mute monitor: ${LONG} s with --qmp-timeout 3000, ${SHORT} s with 100"
+check "discover_hostile: dump waits a mute monitor its --qmp-timeout 3000 (${LONG} s)" \
+	awk -v t="$LONG" 'BEGIN { exit !(t >= 3) }'
+check "discover_hostile: ... and gives up 2.9 s sooner with --qmp-timeout 100 (${SHORT} s)" \
+	awk -v l="$LONG" -v s="$SHORT" 'BEGIN { exit !(l - s > 2) }'
+check "discover_hostile: ... saying it timed out" grep -qi "time" "$TMP/mute100.err" "$TMP/mute100.json"
 
 # serve_window NAME ARGS...: start serve with ARGS, time its first
 # scrape, then scrape back to back for WINDOW seconds.
