@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
-/* The statistics log's file header and record framing (log_format.h). */
+/* The statistics log's file header, record framing and definition
+ * records (log_format.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include "internal.h"
 #include "kvmstats_log.h"
 #include "log_format.h"
 
@@ -87,4 +92,86 @@ void log_rec_seal(struct log_buf *b, size_t at)
 
 	h->len = (uint32_t)(b->len - at - sizeof(*h));
 	h->crc = log_rec_crc(h, h + 1);
+}
+
+/* A record of @fixed then each of @parts (@lens bytes each), sealed. */
+static int put_record(struct log_buf *b, enum rec_type type, const void *fixed,
+		      size_t fixed_len, const void *const *parts,
+		      const size_t *lens, size_t nparts)
+{
+	size_t len = fixed_len;
+	unsigned char *p;
+	ssize_t at;
+
+	for (size_t i = 0; i < nparts; i++)
+		len += lens[i];
+	at = log_rec_open(b, type, len);
+	if (at < 0)
+		return (int)at;
+	p = b->p + at + sizeof(struct log_rec);
+	memcpy(p, fixed, fixed_len);
+	p += fixed_len;
+	for (size_t i = 0; i < nparts; i++) {
+		memcpy(p, parts[i], lens[i]);
+		p += lens[i];
+	}
+	log_rec_seal(b, (size_t)at);
+	return 0;
+}
+
+int log_put_begin(struct log_buf *b, uint32_t reason, const char *version)
+{
+	struct log_begin r = {
+		.time_ns = ks_now_ns(),
+		.realtime_ns = log_realtime_ns(),
+		.pid = (uint32_t)getpid(),
+		.reason = reason,
+	};
+	struct utsname u;
+
+	if (!uname(&u))
+		snprintf(r.host, sizeof(r.host), "%.63s", u.nodename);
+	snprintf(r.version, sizeof(r.version), "%s", version);
+	return put_record(b, REC_BEGIN, &r, sizeof(r), NULL, NULL, 0);
+}
+
+int log_put_schema(struct log_buf *b, uint32_t sid, size_t data_size,
+		   const void *key, size_t key_len)
+{
+	struct log_schema r = {
+		.sid = sid,
+		.data_size = (uint32_t)data_size,
+		.key_len = (uint32_t)key_len,
+	};
+	const void *parts[] = { key };
+	const size_t lens[] = { key_len };
+
+	return put_record(b, REC_SCHEMA, &r, sizeof(r), parts, lens, 1);
+}
+
+int log_put_target(struct log_buf *b, const struct kvmstats_log_target *t,
+		   uint32_t sid)
+{
+	struct log_target r = {
+		.tid = t->tid,
+		.sid = sid,
+		.pid = t->pid,
+		.vm = t->vm,
+		.vcpu = t->vcpu,
+		.uid = t->uid,
+		.name_len = (uint16_t)(strlen(t->name) + 1),
+		.id_len = (uint16_t)(strlen(t->id) + 1),
+		.source_len = (uint16_t)(strlen(t->source) + 1),
+	};
+	const void *parts[] = { t->name, t->id, t->source };
+	const size_t lens[] = { r.name_len, r.id_len, r.source_len };
+
+	return put_record(b, REC_TARGET, &r, sizeof(r), parts, lens, 3);
+}
+
+int log_put_gone(struct log_buf *b, uint32_t tid)
+{
+	struct log_gone r = { .tid = tid };
+
+	return put_record(b, REC_GONE, &r, sizeof(r), NULL, NULL, 0);
 }

@@ -144,4 +144,14 @@ int log_buf_reserve(struct log_buf *b, size_t more);
 ssize_t log_rec_open(struct log_buf *b, enum rec_type type, size_t payload);
 void log_rec_seal(struct log_buf *b, size_t at);
 
+struct kvmstats_log_target;
+
+/* The definition records, appended to @b sealed: 0 or -ENOMEM. */
+int log_put_begin(struct log_buf *b, uint32_t reason, const char *version);
+int log_put_schema(struct log_buf *b, uint32_t sid, size_t data_size,
+		   const void *key, size_t key_len);
+int log_put_target(struct log_buf *b, const struct kvmstats_log_target *t,
+		   uint32_t sid);
+int log_put_gone(struct log_buf *b, uint32_t tid);
+
 #endif

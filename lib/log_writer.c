@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -714,83 +713,12 @@ int kvmstats_log_writer__add_vmm(struct kvmstats_log_writer *w,
 
 static int def_schema(struct kvmstats_log_writer *w, struct wschema *ws)
 {
-	struct log_schema s = {
-		.sid = ws->sid,
-		.data_size = (uint32_t)ws->s->data_size,
-		.key_len = (uint32_t)ws->s->key_len,
-	};
-	ssize_t at = log_rec_open(&w->defs, REC_SCHEMA, sizeof(s) + s.key_len);
+	int err = log_put_schema(&w->defs, ws->sid, ws->s->data_size, ws->s->key,
+				 ws->s->key_len);
 
-	if (at < 0)
-		return (int)at;
-	memcpy(w->defs.p + at + sizeof(struct log_rec), &s, sizeof(s));
-	memcpy(w->defs.p + at + sizeof(struct log_rec) + sizeof(s), ws->s->key,
-	       s.key_len);
-	log_rec_seal(&w->defs, (size_t)at);
-	ws->mark = w->attempt;
-	return 0;
-}
-
-static int def_target(struct kvmstats_log_writer *w, const struct wtarget *wt)
-{
-	struct log_target t = {
-		.tid = wt->t.tid,
-		.sid = w->schemas[wt->si].sid,
-		.pid = wt->t.pid,
-		.vm = wt->t.vm,
-		.vcpu = wt->t.vcpu,
-		.uid = wt->t.uid,
-		.name_len = (uint16_t)(strlen(wt->t.name) + 1),
-		.id_len = (uint16_t)(strlen(wt->t.id) + 1),
-		.source_len = (uint16_t)(strlen(wt->t.source) + 1),
-	};
-	size_t len = sizeof(t) + t.name_len + t.id_len + t.source_len;
-	ssize_t at = log_rec_open(&w->defs, REC_TARGET, len);
-	unsigned char *p;
-
-	if (at < 0)
-		return (int)at;
-	p = w->defs.p + at + sizeof(struct log_rec);
-	memcpy(p, &t, sizeof(t));
-	p += sizeof(t);
-	memcpy(p, wt->t.name, t.name_len);
-	memcpy(p + t.name_len, wt->t.id, t.id_len);
-	memcpy(p + t.name_len + t.id_len, wt->t.source, t.source_len);
-	log_rec_seal(&w->defs, (size_t)at);
-	return 0;
-}
-
-static int def_gone(struct kvmstats_log_writer *w, const struct wtarget *wt)
-{
-	struct log_gone g = { .tid = wt->t.tid };
-	ssize_t at = log_rec_open(&w->defs, REC_GONE, sizeof(g));
-
-	if (at < 0)
-		return (int)at;
-	memcpy(w->defs.p + at + sizeof(struct log_rec), &g, sizeof(g));
-	log_rec_seal(&w->defs, (size_t)at);
-	return 0;
-}
-
-static int def_begin(struct kvmstats_log_writer *w)
-{
-	struct log_begin b = {
-		.time_ns = ks_now_ns(),
-		.realtime_ns = log_realtime_ns(),
-		.pid = (uint32_t)getpid(),
-		.reason = w->reason,
-	};
-	struct utsname u;
-	ssize_t at = log_rec_open(&w->defs, REC_BEGIN, sizeof(b));
-
-	if (at < 0)
-		return (int)at;
-	if (!uname(&u))
-		snprintf(b.host, sizeof(b.host), "%.63s", u.nodename);
-	snprintf(b.version, sizeof(b.version), "%s", kvmstats_version_string());
-	memcpy(w->defs.p + at + sizeof(struct log_rec), &b, sizeof(b));
-	log_rec_seal(&w->defs, (size_t)at);
-	return 0;
+	if (!err)
+		ws->mark = w->attempt;
+	return err;
 }
 
 /* The records the sample needs before it, in w->defs. */
@@ -803,14 +731,14 @@ static int build_defs(struct kvmstats_log_writer *w)
 	if (!w->dirty && !w->need_begin)
 		return 0;
 	if (w->need_begin)
-		err = def_begin(w);
+		err = log_put_begin(&w->defs, w->reason, kvmstats_version_string());
 	for (size_t i = 0; i < w->ntargets && !err; i++) {
 		struct wtarget *wt = w->targets[i];
 		struct wschema *ws = &w->schemas[wt->si];
 
 		if (wt->gone) {
 			if (wt->emitted)
-				err = def_gone(w, wt);
+				err = log_put_gone(&w->defs, wt->t.tid);
 			continue;
 		}
 		if (wt->emitted)
@@ -818,7 +746,7 @@ static int build_defs(struct kvmstats_log_writer *w)
 		if (!ws->emitted && ws->mark != w->attempt)
 			err = def_schema(w, ws);
 		if (!err)
-			err = def_target(w, wt);
+			err = log_put_target(&w->defs, &wt->t, ws->sid);
 	}
 	return err;
 }
