@@ -62,6 +62,9 @@ int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
 		 size_t *n, size_t *cap);
 
 void cli_print_json(const struct cli *cli, struct json_object *o);
+/* A double as JSON in the fewest digits that read back exactly; NULL
+ * (JSON null) for a NaN or an infinity, never a made-up number. */
+struct json_object *cli_json_double(double v);
 
 /* ---- options: one table per command (opts.c) ------------------------ */
 

@@ -36,7 +36,7 @@ static const char *verdict(const struct kvmstats_drain_slot *s)
 /* Unknown or endless is null, never a number we did not compute. */
 static struct json_object *jnum(double v)
 {
-	return isfinite(v) ? json_object_new_double(v) : NULL;
+	return isfinite(v) ? cli_json_double(v) : NULL;
 }
 
 static struct json_object *jpair(double lo, double hi)

@@ -20,7 +20,7 @@ double follow_error(double real, double pred)
 
 static struct json_object *jnum(double v)
 {
-	return isnan(v) ? NULL : json_object_new_double(v);
+	return isnan(v) ? NULL : cli_json_double(v);
 }
 
 /* A field of QEMU's answer, or null. */
@@ -33,7 +33,7 @@ static struct json_object *jfield(const struct kvmstats_migration *m,
 static struct json_object *jsecs(const struct kvmstats_migration *m,
 				 unsigned int bit, uint64_t ms)
 {
-	return m->have & bit ? json_object_new_double((double)ms / 1e3) : NULL;
+	return m->have & bit ? cli_json_double((double)ms / 1e3) : NULL;
 }
 
 static double real_s(const struct kvmstats_migration *m)
@@ -57,7 +57,7 @@ static struct json_object *event(const struct fvm *v, const char *what,
 	jset(o, "event", json_object_new_string(what));
 	jset(o, "pid", json_object_new_int((int)v->pid));
 	jset(o, "name", json_object_new_string(v->name));
-	jset(o, "time_s", json_object_new_double(t));
+	jset(o, "time_s", cli_json_double(t));
 	return o;
 }
 
@@ -90,7 +90,7 @@ static void add_real(struct json_object *o, const struct kvmstats_migration *m)
 	jset(o, "dirty_pages_rate",
 	     jfield(m, KVMSTATS_MIGF_DIRTY_RATE, m->dirty_pages_rate));
 	jset(o, "mbps",
-	     m->have & KVMSTATS_MIGF_MBPS ? json_object_new_double(m->mbps)
+	     m->have & KVMSTATS_MIGF_MBPS ? cli_json_double(m->mbps)
 					  : NULL);
 	jset(o, "throttle_percent",
 	     jfield(m, KVMSTATS_MIGF_THROTTLE, m->throttle_percent));

@@ -10,8 +10,10 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +147,25 @@ int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
 		p += len;
 	} while (*p++ == ',');
 	return 0;
+}
+
+struct json_object *cli_json_double(double v)
+{
+	char buf[32];
+
+	if (!isfinite(v))
+		return NULL;
+	/* The fewest digits that read back as @v: 0.3, not json-c's
+	 * 0.29999999999999999, which is the same double to a reader that
+	 * parses it but not to one that keeps the decimal (jq 1.7). */
+	for (int digits = 15; digits <= 17; digits++) {
+		snprintf(buf, sizeof(buf), "%.*g", digits, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	if (!strpbrk(buf, ".e"))
+		strcat(buf, ".0");	/* still a double to a typed reader */
+	return json_object_new_double_s(v, buf);
 }
 
 void cli_print_json(const struct cli *cli, struct json_object *o)

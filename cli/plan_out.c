@@ -20,7 +20,7 @@
 
 static struct json_object *jnum(double v)
 {
-	return isfinite(v) ? json_object_new_double(v) : NULL;
+	return isfinite(v) ? cli_json_double(v) : NULL;
 }
 
 static struct json_object *interval_json(double lo, double hi)
@@ -141,7 +141,7 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 
 	jset(o, "dirty_pages_per_second",
 			       r->dirty_measured ? jnum(r->dirty.pages_per_second) :
-			       json_object_new_double(0));
+			       cli_json_double(0));
 	jset(o, "assumed_clean", json_object_new_boolean(p->assumed_clean));
 	jset(o, "predicted_transfer_bytes", ju64(p->bytes));
 	jset(o, "predicted_seconds", jnum(p->seconds));

@@ -375,10 +375,10 @@ static void print_line(struct rec *r, uint64_t rt_ns)
 		struct json_object *o = json_object_new_object();
 		struct json_object *v = json_object_new_object(), *clean;
 
-		json_object_object_add(o, "time", json_object_new_double(rt_ns / 1e9));
+		json_object_object_add(o, "time", cli_json_double(rt_ns / 1e9));
 		for (size_t c = 0; c < r->ncols; c++)
 			json_object_object_add(v, r->cols[c].name,
-					       r->cols[c].any ? json_object_new_double(
+					       r->cols[c].any ? cli_json_double(
 									r->cols[c].value)
 							      : NULL);
 		clean = json_clean(v);

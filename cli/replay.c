@@ -259,7 +259,7 @@ static struct json_object *rates_json(struct replay *r, const struct kvmstats_lo
 					kvmstats_log_reader__time_ns(r->log) - p->time_ns);
 		json_object_object_add(o, kvmstats_stat__name(st),
 				       isnan(v) || is_missing(e, st) ? NULL
-								     : json_object_new_double(v));
+								     : cli_json_double(v));
 	}
 	return o;
 }
@@ -318,7 +318,7 @@ static int print_json_sample(struct replay *r)
 		return -ENOMEM;
 	root = json_object_new_object();
 	vms = json_object_new_array();
-	json_object_object_add(root, "time", json_object_new_double(r->rt_ns / 1e9));
+	json_object_object_add(root, "time", cli_json_double(r->rt_ns / 1e9));
 	for (size_t i = 0; i < n; i++) {
 		const struct kvmstats_log_entry *e = kvmstats_log_reader__entry(r->log, i);
 		const struct kvmstats_log_target *t = e->target;
@@ -344,7 +344,7 @@ static int print_json_sample(struct replay *r)
 		json_object_array_add(json_object_object_get(vm, "vcpus"), c);
 	}
 	if (r->rates && r->dt_ns)
-		json_object_object_add(root, "interval", json_object_new_double(r->dt_ns / 1e9));
+		json_object_object_add(root, "interval", cli_json_double(r->dt_ns / 1e9));
 	json_object_object_add(root, "vms", vms);
 	json_object_object_add(root, "files", json_object_new_array());
 	cli_print_json(r->cli, root);

@@ -151,7 +151,7 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 
 static struct json_object *num_or_null(double v)
 {
-	return isnan(v) ? NULL : json_object_new_double(v);
+	return isnan(v) ? NULL : cli_json_double(v);
 }
 
 static struct json_object *hist_json(const struct top_series *s,
@@ -167,7 +167,7 @@ static struct json_object *hist_json(const struct top_series *s,
 	} qs[] = {{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}};
 
 	json_object_object_add(o, "total",
-			       json_object_new_double(series_total(s, st)));
+			       cli_json_double(series_total(s, st)));
 	json_object_object_add(
 		o, "count",
 		have ? json_object_new_uint64(kvmstats_hist__count(st, h))
@@ -175,7 +175,7 @@ static struct json_object *hist_json(const struct top_series *s,
 	json_object_object_add(
 		o, "rate",
 		have && !isnan(dt)
-			? json_object_new_double(
+			? cli_json_double(
 				  (double)kvmstats_hist__count(st, h) / dt)
 			: NULL);
 	/* Quantiles in the stat's base unit (seconds, bytes...). */
@@ -226,7 +226,7 @@ static struct json_object *stat_obj(const struct top_series *s,
 	if (type == KVMSTATS_TYPE_CUMULATIVE) {
 		json_object_object_add(
 			o, "total",
-			json_object_new_double(series_total(s, st)));
+			cli_json_double(series_total(s, st)));
 		json_object_object_add(o, "rate",
 				       num_or_null(series_rate(s, st)));
 	}
@@ -263,9 +263,9 @@ static void add_window(struct json_object *j, const struct top_series *s)
 	off = (double)rt.tv_sec - (double)mono.tv_sec +
 	      (double)(rt.tv_nsec - mono.tv_nsec) / 1e9;
 	json_object_object_add(j, "from",
-			       json_object_new_double((double)s->t_prev / 1e9 + off));
+			       cli_json_double((double)s->t_prev / 1e9 + off));
 	json_object_object_add(j, "to",
-			       json_object_new_double((double)s->t_cur / 1e9 + off));
+			       cli_json_double((double)s->t_cur / 1e9 + off));
 }
 
 static struct json_object *vm_json(const struct top_opts *o,
