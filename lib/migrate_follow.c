@@ -385,7 +385,8 @@ int kvmstats_follow__poll(struct kvmstats_follow *f,
 		ks_err(err, errsz,
 		       "QMP: every monitor of pid %d is held by "
 		       "another client (libvirt holds its VMs' monitors for "
-		       "good: then the migration is not readable here)",
+		       "good; its job info is read instead only with its "
+		       "daemon here and kvmstats built with libvirt)",
 		       (int)f->pid);
 	else if (gone(f))
 		e = -ESRCH;

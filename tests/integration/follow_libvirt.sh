@@ -110,7 +110,7 @@ alive=0
 kill -0 "$FOLLOW" 2>/dev/null && alive=1
 echo "# hung libvirtd: unreadable after ${said:-never} ms (timeout $QT_MS ms), at most $max_tasks thread(s)"
 grep '"event":"unreadable"' "$TMP/follow.jsonl" | sed 's/^/# follow: /'
-check "a hung libvirtd: follow says unreadable within its timeout (+1 s)" \
+check "a hung libvirtd: follow says unreadable within its timeout (+1 s, scaled)" \
 	test -n "$said" -a "${said:-0}" -le $((QT_MS + $(slow 1000)))
 check "... and why: libvirt did not answer" \
 	jq -se 'map(select(.event == "unreadable")) | length >= 1 and
