@@ -44,6 +44,12 @@
 
 #include "libvirt_int.h"
 
+/* Headers older than libvirt 6.0 lack the flag; daemons that old reject
+ * it (job_work then reads no completed job). */
+#if !LIBVIR_CHECK_VERSION(6, 0, 0)
+#define VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED (1 << 1)
+#endif
+
 /* Polls after the VMM exited in which libvirt may not have stored the
  * completed job yet (it stops QEMU as it confirms the migration). */
 #define LV_GONE_POLLS 2
@@ -87,8 +93,8 @@ static enum kvmstats_migst job_status(int type)
 
 /* The parameters of a migration-out job as a reading; @type: libvirt's
  * job type (a completed job's with the COMPLETED flag). */
-static void take_params(struct kvmstats_migration *m, int type,
-			virTypedParameterPtr p, int n)
+void ks_follow_lv_take(struct kvmstats_migration *m, int type,
+		       virTypedParameterPtr p, int n)
 {
 	static const struct {
 		const char *name;
@@ -178,7 +184,7 @@ static int job_read(virDomainPtr dom, unsigned int flags,
 	if (type != VIR_DOMAIN_JOB_NONE &&
 	    virTypedParamsGetInt(p, n, VIR_DOMAIN_JOB_OPERATION, &op) == 1 &&
 	    op == VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT) {
-		take_params(m, type, p, n);
+		ks_follow_lv_take(m, type, p, n);
 		ret = 1;
 	}
 	virTypedParamsFree(p, n);
@@ -189,19 +195,24 @@ static int job_read(virDomainPtr dom, unsigned int flags,
 static int job_work(virDomainPtr dom, void *res, char *why, size_t len)
 {
 	struct kvmstats_migration *m = res;
-	int e = 0;
+	int run = -ENOENT, e;
 
 	/* An inactive domain has no running job (libvirt says so as an
 	 * error): its completed one is what there is. */
 	if (virDomainIsActive(dom) == 1)
-		e = job_read(dom, 0, m, why, len);
-	if (e == 1)
+		run = job_read(dom, 0, m, why, len);
+	if (run == 1)
 		return 0;
 	why[0] = 0;
 	e = job_read(dom,
 		     VIR_DOMAIN_JOB_STATS_COMPLETED |
 			     VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
 		     m, why, len);
+	/* A running domain without a migration whose daemon will not keep
+	 * its completed job for others (before 6.0 it rejects the flag):
+	 * no migration to tell, rather than a poll that fails. */
+	if (e < 0 && run == 0)
+		e = 0;
 	if (e == 0) {
 		memset(m, 0, sizeof(*m));
 		m->status = KVMSTATS_MIGST_NONE;

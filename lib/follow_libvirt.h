@@ -29,4 +29,12 @@ int ks_follow_lv_poll(struct ks_follow_lv *l, bool gone,
 		      struct kvmstats_migration *m, char *err, size_t errsz);
 void ks_follow_lv_free(struct ks_follow_lv *l);
 
+#ifdef HAVE_LIBVIRT
+#include <libvirt/libvirt.h>
+/* A migration-out job's typed parameters as a reading; @type: libvirt's
+ * job type (a completed job's with the COMPLETED flag). */
+void ks_follow_lv_take(struct kvmstats_migration *m, int type,
+		       virTypedParameterPtr p, int n);
+#endif
+
 #endif
