@@ -6,7 +6,8 @@
  * drain plan's: the same per-VM fields), or from `kvmstats plan --json`
  * run as a child of this very binary (the planner's code, not a copy of
  * it). Then each VM's monitor is polled with query-migrate (read only,
- * one short exchange per poll: lib/migrate_follow.c) and each event is
+ * one short exchange per poll: lib/migrate_follow.c), or libvirt's job
+ * info for a VM libvirt runs (lib/follow_libvirt.c), and each event is
  * written: a migration seen starting, its progress each poll, its end
  * with the error of each prediction, (real - predicted) / real.
  *
@@ -414,7 +415,7 @@ static const struct cli_opt follow_opts[] = {
 	 "stop after this long, ended or not"},
 	{"count", OPT_COUNT, 0, "N", "none", "stop after N polls"},
 	{"qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
-	 "one poll of one VM's monitor takes at most this"},
+	 "one poll of one VM's monitor (or libvirt) takes at most this"},
 	CLI_OPT_PID("only this VMM's migration (repeatable)"),
 	CLI_OPT_NAME("only VMMs whose name matches"),
 	{0},
@@ -425,9 +426,10 @@ static const struct cli_spec follow_spec = {
 	.outputs = CLI_OUT_JSON,
 	.text = "a line per event",
 	.about = "Watch live migrations as QEMU counts them (query-migrate, "
-		 "read only) beside\nthe plan's prediction, and at the end of "
-		 "each the error of the prediction:\n(real - predicted) / real "
-		 "of its time and of its bytes.",
+		 "read only; libvirt's\njob info for the VMs libvirt runs) "
+		 "beside the plan's prediction, and at the\nend of each the "
+		 "error of the prediction: (real - predicted) / real of its\n"
+		 "time and of its bytes.",
 	.opts = follow_opts,
 	.opt = follow_opt,
 };

@@ -58,6 +58,10 @@ static struct json_object *event(const struct fvm *v, const char *what,
 	jset(o, "pid", json_object_new_int((int)v->pid));
 	jset(o, "name", json_object_new_string(v->name));
 	jset(o, "time_s", cli_json_double(t));
+	/* Whose counters: QEMU's over QMP, or libvirt's job info. */
+	jset(o, "source",
+	     v->f ? json_object_new_string(kvmstats_follow__source(v->f))
+		  : NULL);
 	return o;
 }
 
@@ -149,8 +153,10 @@ void follow_out_start(const struct cli *cli, const struct fvm *v, double t)
 	}
 	human_num(v->pred_s, "%.2f s", s, sizeof(s));
 	human_bytes(v->pred_bytes, b, sizeof(b));
-	printf("%7.1f  pid %d %s: migration started (%s); predicted %s, %s\n",
-	       t, (int)v->pid, v->name, v->m.status_name, s, b);
+	printf("%7.1f  pid %d %s: migration started (%s, read from %s); "
+	       "predicted %s, %s\n",
+	       t, (int)v->pid, v->name, v->m.status_name,
+	       kvmstats_follow__source(v->f), s, b);
 	fflush(stdout);
 }
 

@@ -2,7 +2,9 @@
 /*
  * libkvmstats, migrations as they run: QEMU's own counters of a VMM's
  * migration (QMP query-migrate), read from the monitor the planner reads
- * its settings from, with the same trust checks and time bounds.
+ * its settings from, with the same trust checks and time bounds; for a
+ * VM libvirt runs (libvirtd holds its monitor for good), the same
+ * counters from libvirt's job info (virDomainGetJobStats).
  *
  * Read only: nothing here sends a command that changes a migration. Each
  * poll is one short exchange on a fresh connection (QEMU serves one client
@@ -16,6 +18,8 @@
 #define KVMSTATS_FOLLOW_H
 
 #include "kvmstats.h"
+
+struct kvmstats_libvirt_guard;
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,12 +88,20 @@ struct kvmstats_follow_opts {
 	size_t sz;
 	const char *qmp_path;	/* NULL: the monitors on QEMU's command line */
 	unsigned int timeout_ms;	/* one poll, connection included; 0: 1000 */
+	/* A VMM libvirt started is followed through libvirt (unless
+	 * qmp_path is given): its daemon (NULL: qemu:///system), and the
+	 * guard that keeps one question to it outstanding at most (NULL:
+	 * the follower's own; kvmstats_mem.h). */
+	const char *libvirt_uri;
+	struct kvmstats_libvirt_guard *libvirt_guard;
 };
 
 struct kvmstats_follow;
 
 /* Follow VMM @pid's migrations: its monitor sockets are found (as the
- * planner finds them) but not connected to yet. -ESRCH (gone), -ENOTSUP
+ * planner finds them) but not connected to yet; a VMM libvirt started
+ * (its command line, and the daemon's socket here) is followed through
+ * libvirt instead, asked nothing yet. -ESRCH (gone), -ENOTSUP
  * (not QEMU), -ENOENT (no QMP monitor on its command line), -ENOMEM;
  * @err (may be NULL) gets one line. */
 KVMSTATS_API int kvmstats_follow__open(struct kvmstats_follow **out, pid_t pid,
@@ -97,13 +109,21 @@ KVMSTATS_API int kvmstats_follow__open(struct kvmstats_follow **out, pid_t pid,
 				       char *err, size_t errsz);
 /* One query-migrate into *@m, through the first monitor that answers
  * (each checked as the planner checks it, every time). -EBUSY: every
- * monitor is held by another client (libvirt holds its VMs' monitors for
- * good: then the migration is not ours to read), -ETIMEDOUT, -EACCES (not
- * a socket the VMM may use), -ESRCH (the VMM is gone), -EPROTO. */
+ * monitor is held by another client, -ETIMEDOUT, -EACCES (not a socket
+ * the VMM may use), -ESRCH (the VMM is gone), -EPROTO.
+ * Through libvirt: its running migration-out job, else its last completed
+ * one (kept for other readers), on a thread within the timeout; -ENOENT
+ * (not libvirt's running instance of its domain), -ETIMEDOUT, -EBUSY (the
+ * last question is not answered yet: asked again only once it is),
+ * -EAGAIN (the VMM exited, libvirt has not told the end yet), -EIO. Once
+ * the VMM exited its completed job is read once more, then -ESRCH. */
 KVMSTATS_API int kvmstats_follow__poll(struct kvmstats_follow *f,
 				       struct kvmstats_migration *m, char *err,
 				       size_t errsz);
 KVMSTATS_API pid_t kvmstats_follow__pid(const struct kvmstats_follow *f);
+/* Where the readings come from: "qmp" or "libvirt". */
+KVMSTATS_API const char *
+kvmstats_follow__source(const struct kvmstats_follow *f);
 KVMSTATS_API void kvmstats_follow__free(struct kvmstats_follow *f);
 
 #ifdef __cplusplus

@@ -9,8 +9,10 @@
  * never connected to. Each poll connects, asks query-migrate and leaves:
  * QEMU serves one client per monitor, and one held between polls would
  * lock out whoever starts the migration. A monitor another client holds
- * is reported busy (libvirt holds its VMs' monitors for good: there the
- * migration is libvirt's job to report, not ours to read).
+ * is reported busy. A VMM libvirt started (its command line says so and
+ * the daemon is here) is not asked at all: libvirt holds its monitors for
+ * good, and its migration is read from libvirt's job info instead
+ * (follow_libvirt.c).
  *
  * Fields (QEMU's qapi/migration.json, MigrationInfo and MigrationStats,
  * read for facts only): status, total-time, expected-downtime (while
@@ -32,6 +34,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "follow_libvirt.h"
 #include "internal.h"
 #include "kvmstats_follow.h"
 #include "source_qmp.h"
@@ -53,6 +56,7 @@ struct kvmstats_follow {
 	unsigned int timeout_ms;
 	int nsocks;
 	struct follow_sock socks[KS_QMP_MAX_SOCKS];
+	struct ks_follow_lv *lv;	/* libvirt's VM: asked instead */
 };
 
 static const struct {
@@ -104,10 +108,16 @@ pid_t kvmstats_follow__pid(const struct kvmstats_follow *f)
 	return f->pid;
 }
 
+const char *kvmstats_follow__source(const struct kvmstats_follow *f)
+{
+	return f->lv ? "libvirt" : "qmp";
+}
+
 void kvmstats_follow__free(struct kvmstats_follow *f)
 {
 	if (!f)
 		return;
+	ks_follow_lv_free(f->lv);
 	for (int i = 0; i < f->nsocks; i++)
 		close(f->socks[i].pathfd);
 	if (f->pidfd >= 0)
@@ -180,7 +190,14 @@ int kvmstats_follow__open(struct kvmstats_follow **out, pid_t pid,
 		free(f);
 		return e;
 	}
-	e = find_socks(f, o.qmp_path, err, errsz);
+	/* libvirt's VM, unless the caller names a monitor of its own. */
+	e = o.qmp_path ? -ENOENT
+		       : ks_follow_lv_open(&f->lv, pid, o.libvirt_uri,
+					   f->timeout_ms, o.libvirt_guard);
+	if (e == -ENOENT)
+		e = find_socks(f, o.qmp_path, err, errsz);
+	else if (e)
+		ks_err(err, errsz, "libvirt: %s", strerror(-e));
 	if (e) {
 		kvmstats_follow__free(f);
 		return e;
@@ -350,6 +367,8 @@ int kvmstats_follow__poll(struct kvmstats_follow *f,
 	uint64_t deadline = ks_qmp_deadline(f->timeout_ms);
 	int e = -ENOENT;
 
+	if (f->lv)
+		return ks_follow_lv_poll(f->lv, gone(f), m, err, errsz);
 	if (gone(f)) {
 		ks_err(err, errsz, "pid %d exited", (int)f->pid);
 		return -ESRCH;
@@ -366,7 +385,8 @@ int kvmstats_follow__poll(struct kvmstats_follow *f,
 		ks_err(err, errsz,
 		       "QMP: every monitor of pid %d is held by "
 		       "another client (libvirt holds its VMs' monitors for "
-		       "good: then the migration is not readable here)",
+		       "good; its job info is read instead only with its "
+		       "daemon here and kvmstats built with libvirt)",
 		       (int)f->pid);
 	else if (gone(f))
 		e = -ESRCH;

@@ -46,12 +46,14 @@ struct lv_query {
 	char uuid[VIR_UUID_STRING_BUFLEN];
 	long dom_id;
 	pid_t pid;
-	/* Under lock. */
+	enum ks_lv_find how;
+	ks_lv_work_fn work;
+	size_t res_sz;
+	/* The thread's until done, then the caller's (under lock). */
 	bool done;
 	int err;
-	unsigned long speed_mib;
-	bool have_speed;
 	char why[192];
+	unsigned char res[];	/* res_sz bytes: the work's answer */
 };
 
 static void query_put(struct lv_query *q)
@@ -65,11 +67,15 @@ static void query_put(struct lv_query *q)
 
 /* The domain of the pid's -uuid, and only while it runs that instance
  * (the ID of its command line's domain-ID-NAME directory, and the pid
- * file libvirt keeps): a VMM names any UUID it likes. */
+ * file libvirt keeps): a VMM names any UUID it likes. KS_LV_SEEN: the
+ * instance was found so before, and may have ended since (then the
+ * domain by its UUID alone, which is libvirt's word, not the VMM's);
+ * one running under another ID is a later instance, not ours. */
 static virDomainPtr find(struct lv_query *q, virConnectPtr conn, char *why,
 			 size_t len)
 {
 	virDomainPtr dom = virDomainLookupByUUIDString(conn, q->uuid);
+	bool active, other_instance;
 	const char *name;
 	pid_t other;
 
@@ -78,9 +84,12 @@ static virDomainPtr find(struct lv_query *q, virConnectPtr conn, char *why,
 		return NULL;
 	}
 	name = virDomainGetName(dom);
-	if (virDomainIsActive(dom) != 1 ||
-	    (q->dom_id >= 0 && (long)virDomainGetID(dom) != q->dom_id) ||
-	    (name && ks_libvirt_pid_disagrees(q->uri, name, q->pid, &other))) {
+	active = virDomainIsActive(dom) == 1;
+	other_instance = active && q->dom_id >= 0 &&
+			 (long)virDomainGetID(dom) != q->dom_id;
+	if (q->how == KS_LV_SEEN ? other_instance
+	    : !active || other_instance ||
+	      (name && ks_libvirt_pid_disagrees(q->uri, name, q->pid, &other))) {
 		snprintf(why, len, "the process is not libvirt's running "
 			 "instance of domain %s", q->uuid);
 		virDomainFree(dom);
@@ -92,8 +101,6 @@ static virDomainPtr find(struct lv_query *q, virConnectPtr conn, char *why,
 static void *query_thread(void *arg)
 {
 	struct lv_query *q = arg;
-	unsigned long speed = 0;
-	bool have_speed = false;
 	virConnectPtr conn = virConnectOpen(q->uri);
 	virDomainPtr dom = NULL;
 	char why[192] = "";
@@ -108,13 +115,9 @@ static void *query_thread(void *arg)
 		dom = find(q, conn, why, sizeof(why));
 		err = dom ? 0 : -ENOENT;
 	}
+	/* res is the thread's alone until done is set (under lock). */
 	if (dom) {
-		have_speed = !virDomainMigrateGetMaxSpeed(dom, &speed, 0);
-		if (!have_speed) {
-			snprintf(why, sizeof(why), "migrate-getspeed: %.150s",
-				 ks_libvirt_error());
-			err = -EPERM;
-		}
+		err = q->work(dom, q->res, why, sizeof(why));
 		virDomainFree(dom);
 	}
 	if (conn)
@@ -122,8 +125,6 @@ static void *query_thread(void *arg)
 	pthread_mutex_lock(&q->lock);
 	q->done = true;
 	q->err = err;
-	q->speed_mib = speed;
-	q->have_speed = have_speed;
 	snprintf(q->why, sizeof(q->why), "%s", why);
 	pthread_cond_broadcast(&q->cond);
 	pthread_mutex_unlock(&q->lock);
@@ -131,9 +132,9 @@ static void *query_thread(void *arg)
 	return NULL;
 }
 
-static struct lv_query *query_new(const char *uri)
+static struct lv_query *query_new(const struct ks_lv_question *qn)
 {
-	struct lv_query *q = calloc(1, sizeof(*q));
+	struct lv_query *q = calloc(1, sizeof(*q) + qn->res_sz);
 	pthread_condattr_t ca;
 
 	if (!q)
@@ -144,7 +145,13 @@ static struct lv_query *query_new(const char *uri)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&q->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	snprintf(q->uri, sizeof(q->uri), "%s", uri ? uri : DEFAULT_URI);
+	snprintf(q->uri, sizeof(q->uri), "%s", qn->uri ? qn->uri : DEFAULT_URI);
+	snprintf(q->uuid, sizeof(q->uuid), "%s", qn->uuid);
+	q->dom_id = qn->dom_id;
+	q->pid = qn->pid;
+	q->how = qn->how;
+	q->work = qn->work;
+	q->res_sz = qn->res_sz;
 	return q;
 }
 
@@ -219,14 +226,15 @@ static bool query_done(struct lv_query *q)
 	return done;
 }
 
-/* -EBUSY with @out->why while the guard's last question is unanswered;
+/* -EBUSY with @why while the guard's last question is unanswered;
  * guard locked. */
-static int guard_check(struct kvmstats_libvirt_guard *g, struct ks_libvirt_mig *out)
+static int guard_check(struct kvmstats_libvirt_guard *g, char *why,
+		       size_t len)
 {
 	if (!g->pending)
 		return 0;
 	if (!query_done(g->pending)) {
-		snprintf(out->why, sizeof(out->why), "libvirt %.100s has not "
+		snprintf(why, len, "libvirt %.100s has not "
 			 "answered a question asked %.1f s ago", g->pending->uri,
 			 (double)(ks_now_ns() - g->pending_since) / 1e9);
 		return -EBUSY;
@@ -236,25 +244,11 @@ static int guard_check(struct kvmstats_libvirt_guard *g, struct ks_libvirt_mig *
 	return 0;
 }
 
-/* Fill @s from the query's answer; under its lock. */
-static void take(const struct lv_query *q, struct kvmstats_migrate_settings *s,
-		 struct ks_libvirt_mig *out)
-{
-	out->speed_unlimited = q->have_speed &&
-			       q->speed_mib >= KS_LIBVIRT_SPEED_UNLIMITED_MIB;
-	if (q->have_speed && !out->speed_unlimited && q->speed_mib) {
-		s->bandwidth = (double)q->speed_mib * 1048576.0;
-		s->src[KVMSTATS_MIG_BANDWIDTH] = KVMSTATS_MIG_SRC_LIBVIRT;
-	}
-	snprintf(out->why, sizeof(out->why), "%s", q->why);
-}
-
 /* Ask, and wait at most @timeout_ms; a question left unanswered is the
  * guard's to watch. */
 static int query_ask(struct lv_query *q, unsigned int timeout_ms,
-		     struct kvmstats_libvirt_guard *g,
-		     struct kvmstats_migrate_settings *s,
-		     struct ks_libvirt_mig *out)
+		     struct kvmstats_libvirt_guard *g, void *res, char *why,
+		     size_t len)
 {
 	uint64_t t0 = ks_now_ns();
 	int err = query_start(q);
@@ -265,12 +259,13 @@ static int query_ask(struct lv_query *q, unsigned int timeout_ms,
 		timeout_ms = 1000;
 	pthread_mutex_lock(&q->lock);
 	if (!query_wait(q, timeout_ms)) {
-		snprintf(out->why, sizeof(out->why), "libvirt %.100s did not "
+		snprintf(why, len, "libvirt %.100s did not "
 			 "answer within %u ms", q->uri, timeout_ms);
 		err = -ETIMEDOUT;
 	} else {
 		err = q->err;
-		take(q, s, out);
+		memcpy(res, q->res, q->res_sz);
+		snprintf(why, len, "%s", q->why);
 	}
 	pthread_mutex_unlock(&q->lock);
 	if (err == -ETIMEDOUT && g) {
@@ -281,33 +276,76 @@ static int query_ask(struct lv_query *q, unsigned int timeout_ms,
 	return err;
 }
 
+int ks_libvirt_ask(const struct ks_lv_question *qn,
+		   struct kvmstats_libvirt_guard *g, void *res, char *why,
+		   size_t len)
+{
+	struct lv_query *q;
+	int err = 0;
+
+	why[0] = 0;
+	/* No system daemon to ask (a QEMU given -uuid by hand): not
+	 * libvirt's, and nothing to connect to. */
+	if (!ks_libvirt_daemon_here(qn->uri ? qn->uri : DEFAULT_URI, true))
+		return -ENOENT;
+	q = query_new(qn);
+	if (!q)
+		return -ENOMEM;
+	if (g) {
+		pthread_mutex_lock(&g->lock);
+		err = guard_check(g, why, len);
+	}
+	if (!err)
+		err = query_ask(q, qn->timeout_ms, g, res, why, len);
+	if (g)
+		pthread_mutex_unlock(&g->lock);
+	query_put(q);
+	return err;
+}
+
+/* The planner's question: the domain's migration speed. */
+struct lv_speed {
+	unsigned long mib;
+	bool have;
+};
+
+static int speed_work(virDomainPtr dom, void *res, char *why, size_t len)
+{
+	struct lv_speed *sp = res;
+
+	sp->have = !virDomainMigrateGetMaxSpeed(dom, &sp->mib, 0);
+	if (sp->have)
+		return 0;
+	snprintf(why, len, "migrate-getspeed: %.150s", ks_libvirt_error());
+	return -EPERM;
+}
+
 int ks_migrate_libvirt(pid_t pid, const char *uri, unsigned int timeout_ms,
 		       struct kvmstats_libvirt_guard *g,
 		       struct kvmstats_migrate_settings *s,
 		       struct ks_libvirt_mig *out)
 {
-	struct lv_query *q;
+	struct ks_lv_question qn = {
+		.uri = uri, .pid = pid, .how = KS_LV_RUNNING,
+		.work = speed_work, .res_sz = sizeof(struct lv_speed),
+		.timeout_ms = timeout_ms,
+	};
+	struct lv_speed sp = {0};
+	char uuid[VIR_UUID_STRING_BUFLEN];
 	int err;
 
 	memset(out, 0, sizeof(*out));
-	q = query_new(uri);
-	if (!q)
-		return -ENOMEM;
-	q->pid = pid;
-	err = ks_libvirt_cmdline(pid, q->uuid, sizeof(q->uuid), &q->dom_id);
-	/* No system daemon to ask (a QEMU given -uuid by hand): not
-	 * libvirt's, and nothing to connect to. */
-	if (!err && !ks_libvirt_daemon_here(q->uri, true))
-		err = -ENOENT;
-	if (g)
-		pthread_mutex_lock(&g->lock);
-	if (!err && g)
-		err = guard_check(g, out);
-	if (!err)
-		err = query_ask(q, timeout_ms, g, s, out);
-	if (g)
-		pthread_mutex_unlock(&g->lock);
-	query_put(q);
+	err = ks_libvirt_cmdline(pid, uuid, sizeof(uuid), &qn.dom_id);
+	if (err)
+		return err;
+	qn.uuid = uuid;
+	err = ks_libvirt_ask(&qn, g, &sp, out->why, sizeof(out->why));
+	out->speed_unlimited = sp.have &&
+			       sp.mib >= KS_LIBVIRT_SPEED_UNLIMITED_MIB;
+	if (sp.have && !out->speed_unlimited && sp.mib) {
+		s->bandwidth = (double)sp.mib * 1048576.0;
+		s->src[KVMSTATS_MIG_BANDWIDTH] = KVMSTATS_MIG_SRC_LIBVIRT;
+	}
 	return err;
 }
 

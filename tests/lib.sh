@@ -440,9 +440,11 @@ qemu_path() { command -v "$QEMU"; }
 # kvmstats join that namespace with nsenter ("${LV_NS[@]}"); the pid
 # namespace is the host's. Sets LV (its files), LVD (libvirtd's pid),
 # LV_HOLDER, LV_NS and VIRSH; returns 1, with the daemon's last words,
-# when it did not start. LV_QEMU_CONF: more qemu.conf lines.
+# when it did not start. LV_QEMU_CONF: more qemu.conf lines; LV_DIR: its
+# files' directory (default $TMP/lv: a second daemon needs its own);
+# LIBVIRTD_CONF: more libvirtd.conf lines.
 libvirt_start() {
-	LV=$TMP/lv
+	LV=${LV_DIR:-$TMP/lv}
 	mkdir -p "$LV/etc"
 	cat >"$LV/etc/qemu.conf" <<-CONF
 		user = "root"
@@ -451,7 +453,7 @@ libvirt_start() {
 		dynamic_ownership = 0
 		${LV_QEMU_CONF:-}
 	CONF
-	echo 'log_outputs = "3:stderr"' >"$LV/etc/libvirtd.conf"
+	printf 'log_outputs = "3:stderr"\n%s\n' "${LIBVIRTD_CONF:-}" >"$LV/etc/libvirtd.conf"
 	echo 'log_outputs = "3:stderr"' >"$LV/etc/virtlogd.conf"
 	cp /etc/passwd "$LV/passwd"
 	cp /etc/group "$LV/group"
@@ -505,6 +507,7 @@ libvirt_start() {
 }
 
 # libvirt_domain NAME VCPUS CMDLINE [DEVICES_XML]: a transient kvm domain
+# (persistent, defined then started, with LV_PERSISTENT set)
 # of $QEMU running our guest with CMDLINE, started, its READY awaited
 # (bounded). With ACPI: without it libvirt 9.0 passes -no-acpi, which
 # QEMU 9+ no longer has. Sets DOM_PID; its serial output goes to $LV/NAME.serial. On
@@ -535,7 +538,12 @@ libvirt_domain() {
 	LV_DOMS="${LV_DOMS:-} $name"
 	# shellcheck disable=SC2154 # d is the trap's own loop variable
 	trap 'for d in $LV_DOMS; do timeout "$(slow 10)" "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1; done; cleanup' EXIT
-	timeout "$(slow 30)" "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
+	if [ -n "${LV_PERSISTENT:-}" ]; then
+		timeout "$(slow 30)" "${VIRSH[@]}" define "$LV/$name.xml" >"$LV/create.log" 2>&1 &&
+			timeout "$(slow 30)" "${VIRSH[@]}" start "$name" >>"$LV/create.log" 2>&1 || return 1
+	else
+		timeout "$(slow 30)" "${VIRSH[@]}" create "$LV/$name.xml" >"$LV/create.log" 2>&1 || return 1
+	fi
 	DOM_PID=$("${LV_NS[@]}" cat "/run/libvirt/qemu/$name.pid")
 	track "$DOM_PID"
 	for _ in $(seq "$(slow 300)"); do

@@ -11,6 +11,9 @@
 #include "unit.h"
 #include "../../lib/mem_internal.h"
 #include "kvmstats_follow.h"
+#ifdef HAVE_LIBVIRT
+#include "../../lib/follow_libvirt.h"
+#endif
 
 static void test_names(void **state)
 {
@@ -126,6 +129,59 @@ static void test_follow_completed(void **state)
 	assert_int_equal(ms, 900);
 }
 
+#ifdef HAVE_LIBVIRT
+/* libvirt's job parameters onto the reading query-migrate fills: what
+ * libvirt gives, converted; what it does not, unknown. */
+static void test_follow_libvirt_params(void **state)
+{
+	virTypedParameterPtr p = NULL;
+	struct kvmstats_migration m;
+	int n = 0, max = 0;
+
+	(void)state;
+	/* libvirt's per-thread error state, which these calls reset. */
+	assert_int_equal(virInitialize(), 0);
+	virTypedParamsAddULLong(&p, &n, &max, VIR_DOMAIN_JOB_TIME_ELAPSED, 9453);
+	virTypedParamsAddULLong(&p, &n, &max, VIR_DOMAIN_JOB_MEMORY_PROCESSED,
+				9026838);
+	virTypedParamsAddULLong(&p, &n, &max, VIR_DOMAIN_JOB_DOWNTIME, 163);
+	virTypedParamsAddULLong(&p, &n, &max, VIR_DOMAIN_JOB_MEMORY_BPS,
+				4166541);
+	virTypedParamsAddULLong(&p, &n, &max, VIR_DOMAIN_JOB_MEMORY_ITERATION, 3);
+	virTypedParamsAddInt(&p, &n, &max, VIR_DOMAIN_JOB_AUTO_CONVERGE_THROTTLE,
+			     20);
+	virTypedParamsAddString(&p, &n, &max, VIR_DOMAIN_JOB_ERRMSG,
+				"bad\x1b[2Jthing");
+	ks_follow_lv_take(&m, VIR_DOMAIN_JOB_COMPLETED, p, n);
+	assert_int_equal(m.status, KVMSTATS_MIGST_COMPLETED);
+	assert_string_equal(m.status_name, "completed");
+	assert_int_equal(m.total_time_ms, 9453);
+	assert_int_equal(m.transferred, 9026838);
+	assert_int_equal(m.dirty_sync_count, 3);
+	assert_int_equal(m.throttle_percent, 20);
+	/* Once ended, libvirt's downtime is the real one. */
+	assert_true(m.have & KVMSTATS_MIGF_DOWNTIME);
+	assert_false(m.have & KVMSTATS_MIGF_EXPECTED_DOWNTIME);
+	assert_int_equal(m.downtime_ms, 163);
+	assert_true(fabs(m.mbps - 33.332328) < 1e-6);
+	assert_string_equal(m.error, "bad?[2Jthing");
+	assert_false(m.have & (KVMSTATS_MIGF_REMAINING | KVMSTATS_MIGF_TOTAL |
+			       KVMSTATS_MIGF_PRECOPY_BYTES |
+			       KVMSTATS_MIGF_POSTCOPY_BYTES |
+			       KVMSTATS_MIGF_SETUP_TIME));
+	/* While it runs the downtime is the expected one. */
+	ks_follow_lv_take(&m, VIR_DOMAIN_JOB_UNBOUNDED, p, n);
+	assert_int_equal(m.status, KVMSTATS_MIGST_ACTIVE);
+	assert_true(m.have & KVMSTATS_MIGF_EXPECTED_DOWNTIME);
+	assert_false(m.have & KVMSTATS_MIGF_DOWNTIME);
+	/* A completed job libvirt says did not succeed. */
+	virTypedParamsAddBoolean(&p, &n, &max, VIR_DOMAIN_JOB_SUCCESS, 0);
+	ks_follow_lv_take(&m, VIR_DOMAIN_JOB_COMPLETED, p, n);
+	assert_int_equal(m.status, KVMSTATS_MIGST_FAILED);
+	virTypedParamsFree(p, n);
+}
+#endif
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -133,6 +189,9 @@ int main(void)
 		cmocka_unit_test(test_defaults_and_overrides),
 		cmocka_unit_test(test_multifd_accounting),
 		cmocka_unit_test(test_follow_completed),
+#ifdef HAVE_LIBVIRT
+		cmocka_unit_test(test_follow_libvirt_params),
+#endif
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
