@@ -249,7 +249,8 @@ static void share_link(struct mig **run, size_t k, double link)
 			s[m++] = run[i];
 		}
 	}
-	qsort(s, m, sizeof(*s), cmp_own);
+	if (m > 1)
+		qsort(s, m, sizeof(*s), cmp_own);
 	for (size_t i = 0; i < m; i++) {
 		double fair = link / (double)(m - i);
 
