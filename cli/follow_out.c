@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "follow.h"
+#include "sanitize.h"
 
 #define jset json_object_object_add
 
@@ -155,7 +156,7 @@ void follow_out_start(const struct cli *cli, const struct fvm *v, double t)
 	human_bytes(v->pred_bytes, b, sizeof(b));
 	printf("%7.1f  pid %d %s: migration started (%s, read from %s); "
 	       "predicted %s, %s\n",
-	       t, (int)v->pid, v->name, v->m.status_name,
+	       t, (int)v->pid, safe_str(v->name), safe_str(v->m.status_name),
 	       kvmstats_follow__source(v->f), s, b);
 	fflush(stdout);
 }
@@ -189,8 +190,8 @@ void follow_out_progress(const struct cli *cli, const struct fvm *v, double t)
 	human_num(v->pred_dirty, "%.0f", pd, sizeof(pd));
 	printf("%7.1f  pid %d %s: %s  time %s (pred %s)  sent %s (pred %s)  "
 	       "passes %s (pred %s)  dirty %s pages/s (pred %s)\n",
-	       t, (int)v->pid, v->name, m->status_name, rs, ps, rb, pb, pa, pp,
-	       rd, pd);
+	       t, (int)v->pid, safe_str(v->name), safe_str(m->status_name), rs,
+	       ps, rb, pb, pa, pp, rd, pd);
 	fflush(stdout);
 }
 
@@ -242,8 +243,8 @@ void follow_out_end(const struct cli *cli, const struct fvm *v, double t,
 	printf("%7.1f  pid %d %s: %s: took %s (predicted %s, error %s), sent "
 	       "%s "
 	       "(predicted %s, error %s), %s passes (predicted %s)%s%s\n",
-	       t, (int)v->pid, v->name, outcome, rs, ps, es, rb, pb, eb, pa, pp,
-	       m->error[0] ? ": " : "", m->error);
+	       t, (int)v->pid, safe_str(v->name), safe_str(outcome), rs, ps, es,
+	       rb, pb, eb, pa, pp, m->error[0] ? ": " : "", safe_str(m->error));
 	fflush(stdout);
 }
 
@@ -253,7 +254,8 @@ void follow_out_unreadable(const struct cli *cli, const struct fvm *v, double t,
 	struct json_object *o;
 
 	if (cli->format != OUT_JSON) {
-		cli_warn(cli, "pid %d %s: %s", (int)v->pid, v->name, why);
+		cli_warn(cli, "pid %d %s: %s", (int)v->pid, safe_str(v->name),
+			 safe_str(why));
 		return;
 	}
 	o = event(v, "unreadable", t);
