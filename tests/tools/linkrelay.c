@@ -7,9 +7,13 @@
  * refilled at RATE (holding at most 20 ms of it), shared fairly among the
  * connections that have data to send: so two migrations through it get
  * half of RATE each, or what the other leaves. The way back (QEMU's
- * return path, a few bytes) is not limited. The receive buffer (1 MiB,
- * some 20 ms of a 48 MiB/s link) keeps what a sender believes it sent
- * close to what crossed the link.
+ * return path, a few bytes) is not limited.
+ *
+ * What a sender believes it sent is close to what crossed the link only
+ * while little waits between them: the relay's receive buffer is 20 ms
+ * of RATE (at least 64 KiB, at most 1 MiB; it was 1 MiB at every rate,
+ * a sixth of a second of a 6 MiB/s link), and the sender's own send
+ * buffer is the sender's to keep small (drain.sh fixes it at 20 ms too).
  * Prints "ready" once listening; runs until killed (SIGTERM).
  */
 #include <arpa/inet.h>
@@ -28,7 +32,8 @@
 #define MAX_PORTS 16
 #define MAX_CONNS 64
 #define BUF (256 * 1024)
-#define RCVBUF (1024 * 1024)
+#define RCVBUF_MIN (64 * 1024)
+#define RCVBUF_MAX (1024 * 1024)
 
 struct pipe_end {
 	int from, to;
@@ -74,7 +79,9 @@ static void refill(void)
 static int listen_on(int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, rcv = RCVBUF;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	int rcv = rate / 50 < RCVBUF_MIN ? RCVBUF_MIN :
+		  rate / 50 > RCVBUF_MAX ? RCVBUF_MAX : (int)(rate / 50);
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd < 0)
