@@ -142,12 +142,14 @@ static int read_all(int fd, char **out, size_t *len)
 	return 0;
 }
 
-/* `kvmstats plan --json` with our --pid and --name, by this binary. */
+/* `kvmstats plan --json` with our --pid, --name, --libvirt-uri and
+ * --qmp-timeout, by this binary. */
 static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 		    size_t *len)
 {
-	char **argv = calloc(2 * a->t.npids + 6, sizeof(*argv));
+	char **argv = calloc(2 * a->t.npids + 10, sizeof(*argv));
 	char(*pids)[16] = calloc(a->t.npids + 1, sizeof(*pids));
+	char timeout[16];
 	int fds[2], status, e, k = 0;
 	pid_t child;
 
@@ -168,6 +170,15 @@ static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 	if (a->name_arg) {
 		argv[k++] = "--name";
 		argv[k++] = (char *)a->name_arg;
+	}
+	if (a->t.libvirt_uri) {
+		argv[k++] = "--libvirt-uri";
+		argv[k++] = (char *)a->t.libvirt_uri;
+	}
+	if (a->qmp_timeout_ms) {
+		snprintf(timeout, sizeof(timeout), "%u", a->qmp_timeout_ms);
+		argv[k++] = "--qmp-timeout";
+		argv[k++] = timeout;
 	}
 	fflush(stdout);
 	child = fork();
@@ -350,11 +361,16 @@ static void poll_vm(struct cli *cli, struct fvm *v, double t)
 	follow_out_progress(cli, v, t);
 }
 
+/* The VMs libvirt runs share @guard: a hung libvirtd costs follow one
+ * waiting thread, not one per VM. */
 static void open_vms(struct cli *cli, const struct follow_args *a,
-		     struct fvm *vms, size_t n)
+		     struct fvm *vms, size_t n,
+		     struct kvmstats_libvirt_guard *guard)
 {
 	struct kvmstats_follow_opts o = {.sz = sizeof(o),
-					 .timeout_ms = a->qmp_timeout_ms};
+					 .timeout_ms = a->qmp_timeout_ms,
+					 .libvirt_uri = a->t.libvirt_uri,
+					 .libvirt_guard = guard};
 	char why[512];
 
 	for (size_t i = 0; i < n; i++) {
@@ -416,6 +432,8 @@ static const struct cli_opt follow_opts[] = {
 	{"count", OPT_COUNT, 0, "N", "none", "stop after N polls"},
 	{"qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
 	 "one poll of one VM's monitor (or libvirt) takes at most this"},
+	{"libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",
+	 "the libvirt connection to ask about the VMs libvirt runs"},
 	CLI_OPT_PID("only this VMM's migration (repeatable)"),
 	CLI_OPT_NAME("only VMMs whose name matches"),
 	{0},
@@ -437,6 +455,7 @@ static const struct cli_spec follow_spec = {
 int cmd_follow(struct cli *cli, int argc, char **argv)
 {
 	struct follow_args a = {.interval = 1};
+	struct kvmstats_libvirt_guard *guard = NULL;
 	struct fvm *vms = NULL;
 	char *text = NULL;
 	size_t n = 0, len = 0;
@@ -460,11 +479,17 @@ int cmd_follow(struct cli *cli, int argc, char **argv)
 		cli_err(cli, "no VM of the plan to follow");
 		goto out;
 	}
-	open_vms(cli, &a, vms, n);
+	guard = kvmstats_libvirt_guard__new();
+	if (!guard) {
+		cli_err(cli, "%s", strerror(ENOMEM));
+		goto out;
+	}
+	open_vms(cli, &a, vms, n, guard);
 	ret = watch(cli, &a, vms, n);
 out:
 	for (size_t i = 0; vms && i < n; i++)
 		kvmstats_follow__free(vms[i].f);
+	kvmstats_libvirt_guard__free(guard);
 	free(vms);
 	free(text);
 	target_args_free(&a.t);

@@ -121,6 +121,8 @@ struct follower {
 	struct follow_vm *vms;
 	size_t nvms, cap;
 	uint64_t ended;			/* published as @followed */
+	/* One question to libvirt outstanding for all the VMs it runs. */
+	struct kvmstats_libvirt_guard *libvirt_guard;
 };
 
 /* One exposition, shared by the responses that send it. A result made

@@ -12,7 +12,7 @@
 /*
  * Every --follow-interval seconds one thread asks each exported VMM's
  * monitor query-migrate (the library's follower: read only, one short
- * exchange on a fresh connection, bounded by FOLLOW_QMP_MS, the monitor
+ * exchange on a fresh connection, bounded by --qmp-timeout, the monitor
  * never held between polls). A migration is the VM's when its status is
  * under way, or has ended with other figures than those QEMU showed at
  * the follower's first look (QEMU keeps the figures of its last migration
@@ -24,9 +24,10 @@
  * in both formats and published as the planner publishes its own. A VMM
  * that exits keeps them FOLLOW_KEEP_S seconds (a source QEMU is usually
  * quit as soon as its migration completed); one whose monitor cannot be
- * read (libvirt holds its VMs' monitors) is said once and has none.
+ * read is said once and has none. The VMs libvirt runs are read from
+ * libvirt's job info (--libvirt-uri), all through one guard: a hung
+ * libvirtd costs the follower one waiting thread, not one per VM.
  */
-#define FOLLOW_QMP_MS 1000
 #define FOLLOW_KEEP_S 600
 /* Failed polls in a row before a VM is said to be unreadable. */
 #define FOLLOW_SAY_AFTER 3
@@ -332,8 +333,10 @@ static void vm_open(struct server *s, struct follow_vm *v)
 {
 	struct kvmstats_follow_opts o = {
 		.sz = sizeof(o),
-		.timeout_ms = FOLLOW_QMP_MS,
+		.timeout_ms = s->targs->timeout_ms,
 		.qmp_path = s->targs->npids == 1 ? s->targs->qmp : NULL,
+		.libvirt_uri = s->targs->libvirt_uri,
+		.libvirt_guard = s->follow.libvirt_guard,
 	};
 	char why[512] = "";
 	int e = kvmstats_follow__open(&v->f, v->pid, &o, why, sizeof(why));
@@ -590,6 +593,12 @@ int follower_start(struct server *s)
 
 	if (!s->o.follow_s)
 		return 0;
+	s->follow.libvirt_guard = kvmstats_libvirt_guard__new();
+	if (!s->follow.libvirt_guard) {
+		cli_err(s->cli, "cannot start the migration follower: %s",
+			strerror(ENOMEM));
+		return -1;
+	}
 	err = pthread_create(&s->follow.thread, NULL, follow_main, s);
 	if (err) {
 		cli_err(s->cli, "cannot start the migration follower: %s",
@@ -600,7 +609,7 @@ int follower_start(struct server *s)
 	return 0;
 }
 
-/* The poll under way ends within FOLLOW_QMP_MS; no other starts. */
+/* The poll under way ends within --qmp-timeout; no other starts. */
 static void follower_stop(struct follower *fl)
 {
 	if (!fl->started)
@@ -619,6 +628,7 @@ void follower_free(struct follower *fl)
 	for (size_t i = 0; i < fl->nvms; i++)
 		vm_close(&fl->vms[i]);
 	free(fl->vms);
+	kvmstats_libvirt_guard__free(fl->libvirt_guard);
 	for (int f = 0; f < 2; f++) {
 		prom_buf_free(&fl->text[f]);
 		prom_buf_free(&fl->next[f]);

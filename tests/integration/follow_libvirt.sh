@@ -10,7 +10,11 @@
 # gets a low migration speed (migrate-setspeed), is planned, and `kvmstats
 # follow --json` is started on its QEMU. The source libvirtd is then
 # stopped (SIGSTOP) for a while: follow must say it is unreadable within
-# its timeout, keep one libvirt thread at most, and not hang; after
+# its timeout, keep one libvirt thread at most, and not hang; a second
+# follower, of that domain and a second idle one, must say both
+# unreadable with one libvirt thread at most for both (they share one
+# guard). --libvirt-uri: naming the daemon's socket reads the domain,
+# naming a socket where none listens makes it unreadable. After
 # SIGCONT the domain is migrated (virsh migrate --live) and follow must
 # read it: a start and an end event whose source is libvirt, completed,
 # with the time and bytes `virsh domjobinfo --completed` (read after
@@ -58,7 +62,16 @@ if ! LV_PERSISTENT=1 libvirt_domain "$DOM" 1 "nonzero=$NONZERO stride=4K"; then
 	fail "follow_libvirt: define and start a domain" "$(tail -1 "$LV/create.log")"
 	exit 0
 fi
+# shellcheck disable=SC2153 # libvirt_domain sets DOM_PID
 QEMU_PID=$DOM_PID
+# A second, idle domain of the same daemon: a follower of both asks
+# libvirt one question at a time for both (one guard).
+DOM2=$DOM-b
+if ! libvirt_domain "$DOM2" 1 "nonzero=1M stride=4K"; then
+	fail "follow_libvirt: start a second domain" "$(tail -1 "$LV/create.log")"
+	exit 0
+fi
+DOM2_PID=$DOM_PID
 # Wherever the domain ends up, it is destroyed (and the source's
 # definition removed) on exit.
 # shellcheck disable=SC2317 # called by the trap
@@ -67,6 +80,7 @@ lv_cleanup() {
 	timeout "$(slow 10)" "${VIRSH[@]}" destroy "$DOM" >/dev/null 2>&1
 	timeout "$(slow 10)" "${VIRSH[@]}" undefine "$DOM" >/dev/null 2>&1
 	timeout "$(slow 10)" "${DVIRSH[@]}" destroy "$DOM" >/dev/null 2>&1
+	timeout "$(slow 10)" "${VIRSH[@]}" destroy "$DOM2" >/dev/null 2>&1
 	cleanup
 }
 trap lv_cleanup EXIT
@@ -84,9 +98,34 @@ check "the plan predicts the domain" \
 	>"$TMP/follow.jsonl" 2>"$TMP/follow.err" &
 FOLLOW=$!
 track "$FOLLOW"
+"${LV_NS[@]}" "$KVMSTATS" plan --pid "$QEMU_PID" --pid "$DOM2_PID" --method scan \
+	--interval 0 --json >"$TMP/plan2.json" 2>"$TMP/plan2.err"
+"${LV_NS[@]}" "$KVMSTATS" follow --plan "$TMP/plan2.json" --json --interval 0.2 \
+	--qmp-timeout "$QT_MS" --timeout "$(slow 150)" \
+	>"$TMP/follow2.jsonl" 2>"$TMP/follow2.err" &
+FOLLOW2=$!
+track "$FOLLOW2"
 sleep "$(slow_s 1)"
 check "follow reads the idle domain through libvirt (no event yet)" \
 	sh -c "kill -0 $FOLLOW && ! test -s $TMP/follow.jsonl"
+
+# --libvirt-uri: the connection follow asks. The daemon's own socket,
+# named: read as by default; a socket where no daemon listens: each
+# poll fails, and follow says the VM is unreadable.
+for uri in /run/libvirt/libvirt-sock "$TMP/no-libvirtd.sock"; do
+	"${LV_NS[@]}" "$KVMSTATS" follow --plan "$TMP/plan.json" --pid "$QEMU_PID" \
+		--json --interval 0.1 --count 5 --qmp-timeout "$QT_MS" \
+		--libvirt-uri "qemu+unix:///system?socket=$uri" \
+		>"$TMP/follow-uri.jsonl" 2>"$TMP/follow-uri.err"
+	grep -h . "$TMP/follow-uri.jsonl" "$TMP/follow-uri.err" | head -2 | sed "s|^|# --libvirt-uri ...$uri: |"
+	if [ "$uri" = /run/libvirt/libvirt-sock ]; then
+		check "--libvirt-uri naming the daemon's socket: the idle domain read, no event" \
+			test ! -s "$TMP/follow-uri.jsonl"
+	else
+		check "--libvirt-uri naming a socket where no daemon listens: unreadable" \
+			jq -se 'map(select(.event == "unreadable")) | length >= 1' "$TMP/follow-uri.jsonl"
+	fi
+done
 
 # ---- a hung source daemon ----
 # Stopped for twice follow's timeout: the first poll waits that long,
@@ -95,11 +134,13 @@ check "follow reads the idle domain through libvirt (no event yet)" \
 kill -STOP "$LVD"
 t0=$(date +%s%N)
 said=
-max_tasks=0
+max_tasks=0 max_tasks2=0
 deadline=$((t0 + 2 * QT_MS * 1000000))
 while [ "$(date +%s%N)" -lt "$deadline" ]; do
 	n=$(find "/proc/$FOLLOW/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 	[ "$n" -gt "$max_tasks" ] && max_tasks=$n
+	n=$(find "/proc/$FOLLOW2/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+	[ "$n" -gt "$max_tasks2" ] && max_tasks2=$n
 	if [ -z "$said" ] && grep -q '"event":"unreadable"' "$TMP/follow.jsonl"; then
 		said=$((($(date +%s%N) - t0) / 1000000))
 	fi
@@ -116,6 +157,13 @@ check "... and why: libvirt did not answer" \
 	jq -se 'map(select(.event == "unreadable")) | length >= 1 and
 	all(.reason | test("did not answer|has not answered"))' "$TMP/follow.jsonl"
 check "... with one thread of its own waiting on libvirt at most" test "$max_tasks" -le 2
+echo "# a follower of two domains: at most $max_tasks2 thread(s); $(grep -c '"event":"unreadable"' "$TMP/follow2.jsonl") unreadable event(s)"
+check "... and a follower of two of its domains, one such thread for both" \
+	test "$max_tasks2" -le 2
+check "... which it says of both" \
+	jq -se --argjson a "$QEMU_PID" --argjson b "$DOM2_PID" '[.[] | select(.event == "unreadable") | .pid] |
+	index($a) != null and index($b) != null' "$TMP/follow2.jsonl"
+kill "$FOLLOW2" 2>/dev/null
 check "... and follow still runs" test "$alive" = 1
 
 # ---- the migration ----
