@@ -15,8 +15,9 @@
 #  - multifd + zstd asked for by the option (--parallel 4 --compressed
 #    zstd) on a VM set for legacy, and the settings' sources in the JSON.
 # Asserts: predicted bytes within 10% (20% with compression) and time
-# within 15% (25% with compression) of QEMU's transferred and total-time
-# (below a second of real time, within 0.5 s: see within_time).
+# within 15% (25% with compression; 10 points more in the lab: see
+# run_case) of QEMU's transferred and total-time (below a second of real
+# time, within 0.5 s: see within_time).
 # Prints the table of predicted against real.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
@@ -131,10 +132,16 @@ migrate_case() {
 # and its checks. The time depends on the host's load (other jobs share
 # its CPUs: QEMU's migration thread was seen to take 3.9 s where it
 # usually takes 3.1-3.4): a time out of bounds is measured once more, on
-# the next migration of the same VM with the same settings.
+# the next migration of the same VM with the same settings. In the lab
+# (nested QEMU under emulation) the time is held to 10 points more: its
+# migrations run below the pace the model was measured at on KVM hosts
+# (eight CI runs, QEMU 7.2: legacy 6-13% slower than predicted, multifd
+# 10-19%, multifd's channels not overshooting max-bandwidth as they do
+# on a host), a pace the test does not control. The bytes are held alike.
 run_case() {
 	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
 	shift 6
+	[ "$SLOW" -gt 1 ] && pt=$((pt + 10))
 	migrate_case "$chain" "$name" "$caps" "$params" "$@" || return
 	check "$name: predicted bytes $R_PRED within $pb% of QEMU's $R_XFER" \
 		within "$R_PRED" "$R_XFER" "$pb"
