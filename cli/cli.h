@@ -157,6 +157,8 @@ enum {
 	{ "guest", 'g', CLI_OPT_ALIAS, "REGEX", NULL, NULL }
 #define CLI_OPT_FILE(help)                                                     \
 	{ "file", OPT_FILE, 0, "IMAGE...", "none", help }
+#define CLI_OPT_LIBVIRT_URI(help)                                              \
+	{ "libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system", help }
 /* A VMM's monitor may be slow or hung: each exchange is bounded. */
 #define CLI_OPT_QMP_TIMEOUT                                                    \
 	{ "qmp-timeout", OPT_SOURCE_TIMEOUT, 0, "MS", "1000",                  \
@@ -171,8 +173,7 @@ enum {
 	  "with --attach: attach to a VMM under seccomp too" },               \
 	{ "qmp", OPT_QMP, 0, "PATH", "from QEMU's command line",               \
 	  "the QMP socket of the one --pid given" },                          \
-	{ "libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",          \
-	  "the libvirt connection to ask" },                                  \
+	CLI_OPT_LIBVIRT_URI("the libvirt connection to ask"),                  \
 	CLI_OPT_QMP_TIMEOUT
 /* Live VMMs: every target option but --file. */
 #define CLI_OPTS_TARGET                                                        \

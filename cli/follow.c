@@ -432,8 +432,8 @@ static const struct cli_opt follow_opts[] = {
 	{"count", OPT_COUNT, 0, "N", "none", "stop after N polls"},
 	{"qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
 	 "one poll of one VM's monitor (or libvirt) takes at most this"},
-	{"libvirt-uri", OPT_LIBVIRT_URI, 0, "URI", "qemu:///system",
-	 "the libvirt connection to ask about the VMs libvirt runs"},
+	CLI_OPT_LIBVIRT_URI(
+		"the libvirt connection to ask about the VMs libvirt runs"),
 	CLI_OPT_PID("only this VMM's migration (repeatable)"),
 	CLI_OPT_NAME("only VMMs whose name matches"),
 	{0},
