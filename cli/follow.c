@@ -38,7 +38,6 @@ enum {
 	OPT_INTERVAL,
 	OPT_TIMEOUT,
 	OPT_COUNT,
-	OPT_QMP_TIMEOUT,
 };
 
 struct follow_args {
@@ -47,7 +46,6 @@ struct follow_args {
 	const char *plan;
 	double interval, timeout;
 	long count;
-	unsigned int qmp_timeout_ms;
 };
 
 static bool parse_secs(const struct cli *cli, const char *opt, const char *arg,
@@ -70,7 +68,6 @@ static int follow_opt(struct cli *cli, void *ctx, int c, const char *arg)
 {
 	struct follow_args *a = ctx;
 	int used;
-	long v;
 
 	if (c == 'g')
 		a->name_arg = arg;
@@ -91,12 +88,6 @@ static int follow_opt(struct cli *cli, void *ctx, int c, const char *arg)
 	case OPT_COUNT:
 		a->count = cli_parse_long(cli, "--count", arg, 1, 100000000);
 		return a->count < 0 ? -1 : 0;
-	case OPT_QMP_TIMEOUT:
-		v = cli_parse_long(cli, "--qmp-timeout", arg, 10, 60000);
-		if (v < 0)
-			return -1;
-		a->qmp_timeout_ms = (unsigned int)v;
-		return 0;
 	}
 	return 0;
 }
@@ -175,8 +166,8 @@ static int run_plan(struct cli *cli, const struct follow_args *a, char **out,
 		argv[k++] = "--libvirt-uri";
 		argv[k++] = (char *)a->t.libvirt_uri;
 	}
-	if (a->qmp_timeout_ms) {
-		snprintf(timeout, sizeof(timeout), "%u", a->qmp_timeout_ms);
+	if (a->t.timeout_ms) {
+		snprintf(timeout, sizeof(timeout), "%u", a->t.timeout_ms);
 		argv[k++] = "--qmp-timeout";
 		argv[k++] = timeout;
 	}
@@ -368,7 +359,7 @@ static void open_vms(struct cli *cli, const struct follow_args *a,
 		     struct kvmstats_libvirt_guard *guard)
 {
 	struct kvmstats_follow_opts o = {.sz = sizeof(o),
-					 .timeout_ms = a->qmp_timeout_ms,
+					 .timeout_ms = a->t.timeout_ms,
 					 .libvirt_uri = a->t.libvirt_uri,
 					 .libvirt_guard = guard};
 	char why[512];
@@ -430,8 +421,7 @@ static const struct cli_opt follow_opts[] = {
 	{"timeout", OPT_TIMEOUT, 0, "SECONDS", "0: none",
 	 "stop after this long, ended or not"},
 	{"count", OPT_COUNT, 0, "N", "none", "stop after N polls"},
-	{"qmp-timeout", OPT_QMP_TIMEOUT, 0, "MS", "1000",
-	 "one poll of one VM's monitor (or libvirt) takes at most this"},
+	CLI_OPT_QMP_TIMEOUT,
 	CLI_OPT_LIBVIRT_URI(
 		"the libvirt connection to ask about the VMs libvirt runs"),
 	CLI_OPT_PID("only this VMM's migration (repeatable)"),

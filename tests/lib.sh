@@ -572,3 +572,10 @@ SLOW=${KVMSTATS_TEST_SLOW:-1}
 slow() { echo $(($1 * SLOW)); }
 # slow_s SECONDS: the same for a decimal number of seconds (for sleep).
 slow_s() { awk -v s="$1" -v k="$SLOW" 'BEGIN { print s * k }'; }
+# qmp_timeout: kvmstats' --qmp-timeout (ms) for a monitor that may answer
+# slowly under emulation on a loaded host (seen in sid's lab): the
+# default 1 s times SLOW, within the option's 60 s.
+qmp_timeout() {
+	local ms=$((1000 * SLOW))
+	echo $((ms > 60000 ? 60000 : ms))
+}

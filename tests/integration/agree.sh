@@ -20,10 +20,7 @@ done
 have_qemu || { skip agree "$QEMU is not installed"; exit 0; }
 [ -f "$MBGUEST" ] || { skip agree "$MBGUEST is not built"; exit 0; }
 echo "# QEMU $(qemu_version) ($QEMU)"
-# A monitor's answer may take more than the default 1 s under emulation
-# on a loaded host (seen in sid's lab): the sources wait SLOW times it.
-QT=$(slow 1000)
-[ "$QT" -gt 60000 ] && QT=60000
+QT=$(qmp_timeout)
 
 # ORACLE: the kernel's stats fds. attach holds each thread for a
 # fraction of a millisecond; --force for libvirt's seccomp'd QEMU.

@@ -45,9 +45,7 @@ if [ ! -x "$KVMSTATS" ] || [ ! -f "$MBGUEST" ] || [ ! -x "$RELAY" ]; then
 fi
 
 MIB=1048576
-# A QMP exchange's timeout (ms) for kvmstats, scaled as the lab is slow.
-QT=$(slow 1000)
-[ "$QT" -gt 60000 ] && QT=60000
+QT=$(qmp_timeout)
 # Seconds per GiB before a migration is aborted: KubeVirt's 150 (the
 # stuck VM holds its slot 9.4 s).
 ABORT=150
