@@ -215,6 +215,23 @@ err:
 	return NULL;
 }
 
+/* A reader of @img (@len bytes, malloc'd), which then owns it; @img is
+ * freed when no reader can be made of it. */
+static struct kvmstats_reader *reader_own_image(struct kvmstats_ctx *ctx,
+						unsigned char *img, size_t len,
+						const struct kvmstats_reader_opts *o)
+{
+	struct kvmstats_reader *r = reader_from_image(ctx, img, len, o);
+
+	if (!r) {
+		free(img);
+		return NULL;
+	}
+	r->image = img;
+	r->image_len = len;
+	return r;
+}
+
 struct kvmstats_reader *kvmstats_reader__open_fd(struct kvmstats_ctx *ctx,
 						 int fd,
 						 const struct kvmstats_reader_opts *opts)
@@ -246,7 +263,6 @@ struct kvmstats_reader *kvmstats_reader__open_mem(struct kvmstats_ctx *ctx,
 						  const struct kvmstats_reader_opts *opts)
 {
 	struct kvmstats_reader_opts o;
-	struct kvmstats_reader *r;
 	unsigned char *img;
 
 	if (reader_opts(&o, opts))
@@ -260,14 +276,7 @@ struct kvmstats_reader *kvmstats_reader__open_mem(struct kvmstats_ctx *ctx,
 	if (!img)
 		return NULL;
 	memcpy(img, buf, len);
-	r = reader_from_image(ctx, img, len, &o);
-	if (!r) {
-		free(img);
-		return NULL;
-	}
-	r->image = img;
-	r->image_len = len;
-	return r;
+	return reader_own_image(ctx, img, len, &o);
 }
 
 struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
@@ -275,7 +284,6 @@ struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
 						   const struct kvmstats_reader_opts *opts)
 {
 	struct kvmstats_reader_opts o;
-	struct kvmstats_reader *r;
 	unsigned char *img = NULL;
 	size_t len = 0;
 	int err;
@@ -290,14 +298,7 @@ struct kvmstats_reader *kvmstats_reader__open_file(struct kvmstats_ctx *ctx,
 		errno = -err;
 		return NULL;
 	}
-	r = reader_from_image(ctx, img, len, &o);
-	if (!r) {
-		free(img);
-		return NULL;
-	}
-	r->image = img;
-	r->image_len = len;
-	return r;
+	return reader_own_image(ctx, img, len, &o);
 }
 
 struct kvmstats_reader *kvmstats_reader__open_ops(struct kvmstats_schema *schema,
