@@ -12,7 +12,12 @@
  * stream's start-up cost).
  *
  * Bounded: at most max_pages pages read (4 KiB each, 128 at a time into
- * one buffer) and compression stops at max_s seconds.
+ * one buffer) and compression stops at max_s seconds. A group takes every
+ * ngroups-th page of the sample (in address order), so that each spans
+ * the whole guest and the groups done when time runs out are a sample of
+ * all of it: in address order, a guest whose random data sat above its
+ * compressible pages was sampled at 12% where it compresses to 60%, and
+ * zlib, slow on what does not compress, was predicted 5x too fast.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -140,7 +145,7 @@ int ks_compress_sample(const struct kvmstats_pages *pg,
 		       uint32_t max_pages, double max_s,
 		       struct kvmstats_compress_estimate *e)
 {
-	uint64_t t0 = ks_now_ns(), n, *idx = NULL, s = ks_seed(seed);
+	uint64_t t0 = ks_now_ns(), n, ngroups, *idx = NULL, s = ks_seed(seed);
 	struct csample c;
 	int err;
 
@@ -156,12 +161,14 @@ int ks_compress_sample(const struct kvmstats_pages *pg,
 		err = -ENOMEM;
 	if (!err)
 		err = ks_pick_sorted(idx, n, pg->c.candidates, &s);
-	for (uint64_t i = 0; !err && i < n; i += GROUP) {
-		size_t k = n - i < GROUP ? (size_t)(n - i) : GROUP;
+	ngroups = (n + GROUP - 1) / GROUP;
+	for (uint64_t g = 0; !err && g < ngroups; g++) {
+		size_t k = 0;
 
-		for (size_t j = 0; !err && j < k; j++)
-			err = ks_pages_nth(pg, idx[i + j], &c.refs[j].region,
-					   &c.refs[j].page);
+		/* At most GROUP: ngroups * GROUP >= n. */
+		for (uint64_t i = g; !err && i < n; i += ngroups, k++)
+			err = ks_pages_nth(pg, idx[i], &c.refs[k].region,
+					   &c.refs[k].page);
 		if (!err)
 			err = cs_group(&c, k, m, level, e);
 		if (ks_secs(ks_now_ns() - t0) > max_s)
