@@ -12,6 +12,9 @@
 #  - multifd, 4 channels;
 #  - multifd + zstd, a compressible guest (one word per page);
 #  - multifd + zstd, random (incompressible) data and compressible data;
+#  - multifd + zlib, the same mixed data (zlib's deflate is several times
+#    slower than zstd on what does not compress: its CPU time counts; the
+#    time is checked on a host's KVM only, see run_case);
 #  - multifd + zstd asked for by the option (--parallel 4 --compressed
 #    zstd) on a VM set for legacy, and the settings' sources in the JSON.
 # Asserts: predicted bytes within 10% (20% with compression) and time
@@ -138,13 +141,24 @@ migrate_case() {
 # (eight CI runs, QEMU 7.2: legacy 6-13% slower than predicted, multifd
 # 10-19%, multifd's channels not overshooting max-bandwidth as they do
 # on a host), a pace the test does not control. The bytes are held alike.
+# TIME% "host:N": the time is held to N% on a host's KVM only; in the lab
+# it is printed. There a migration bound by its channels' CPU (zlib) ran
+# at 0.55-0.6x the pace the plan's sample predicts (QEMU 7.2 and 10.0:
+# 6.1-7.8 s for 3.6-4.3 s): the lab's two emulated vCPUs run the source's
+# channels, the destination QEMU and its channels at once, a CPU budget
+# the model (a source host's CPUs) does not describe.
 run_case() {
 	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
 	shift 6
-	[ "$SLOW" -gt 1 ] && pt=$((pt + 10))
 	migrate_case "$chain" "$name" "$caps" "$params" "$@" || return
 	check "$name: predicted bytes $R_PRED within $pb% of QEMU's $R_XFER" \
 		within "$R_PRED" "$R_XFER" "$pb"
+	if [ "${pt#host:}" != "$pt" ] && [ "$SLOW" -gt 1 ]; then
+		echo "# $name: ${R_PSEC}s predicted, QEMU took ${R_SEC}s: not checked in the lab"
+		return
+	fi
+	pt=${pt#host:}
+	[ "$SLOW" -gt 1 ] && pt=$((pt + 10))
 	if ! within_time "$R_PSEC" "$R_SEC" "$pt"; then
 		echo "# $name: ${R_PSEC}s predicted, QEMU took ${R_SEC}s: once more"
 		migrate_case "$chain" "$name-again" "$caps" "$params" "$@" || return
@@ -179,6 +193,8 @@ run_case comp multifd4 "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"
 run_case comp multifd4-zstd "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25
 run_case mixed multifd4-zstd-mixed "$MULTIFD" \
 	'{"multifd-channels":4,"multifd-compression":"zstd"}' 20 25
+run_case mixed multifd4-zlib-mixed "$MULTIFD" \
+	'{"multifd-channels":4,"multifd-compression":"zlib"}' 20 host:25
 # The options say how the migration will run, over QEMU's (legacy) settings.
 run_case comp options-zstd "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"zstd"}' \
 	20 25 --parallel 4 --compressed zstd
