@@ -99,7 +99,7 @@ static int read_self_stat(struct self_stat *s)
 	size_t n;
 
 	if (!f)
-		return -errno;
+		return errno ? -errno : -EIO;
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = 0;

@@ -359,6 +359,8 @@ static bool parse_block_line(char *line, int extra, struct qblock *b)
 	for (char *s = strtok_r(line, " \t\r", &save); s && k < 32;
 	     s = strtok_r(NULL, " \t\r", &save))
 		t[k++] = s;
+	if (extra < 0)
+		return false;
 	k -= extra;	/* columns after Total (QEMU 10: HVA, RO) */
 	if (k < 6 || strncmp(t[k - 1], "0x", 2))
 		return false;

@@ -465,7 +465,7 @@ static int verify(struct pass *ps, struct job *j, long rfd)
  * can run no more calls (it is restored when released). */
 static int run_job(struct pass *ps, struct ks_thread *x, struct job *j)
 {
-	long rfd, rc;
+	long rfd, rc = 0;
 	uint64_t insn;
 	int err, getfd_err = 0;
 
