@@ -40,7 +40,7 @@ NONZERO=16M
 SPEED_MIB=4
 [ "$SLOW" -gt 1 ] && NONZERO=8M
 # One libvirt question of follow's, at most (--qmp-timeout).
-QT_MS=$(slow 1000)
+QT_MS=$(qmp_timeout)
 
 new_uuid() { cat /proc/sys/kernel/random/uuid; }
 

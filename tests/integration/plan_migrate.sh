@@ -143,8 +143,8 @@ migrate_case() {
 # on a host), a pace the test does not control. The bytes are held alike.
 # TIME% "host:N": the time is held to N% on a host's KVM only; in the lab
 # it is printed. There a migration bound by its channels' CPU (zlib) ran
-# at 0.55-0.6x the pace the plan's sample predicts (QEMU 7.2 and 10.0:
-# 6.1-7.8 s for 3.6-4.3 s): the lab's two emulated vCPUs run the source's
+# at 0.5-0.7x the pace the plan's sample predicts (QEMU 7.2, 10.0 and
+# 11.1: 5.5-7.8 s for 3.6-4.6 s): the lab's two emulated vCPUs run the source's
 # channels, the destination QEMU and its channels at once, a CPU budget
 # the model (a source host's CPUs) does not describe.
 run_case() {
