@@ -2,8 +2,8 @@
 /*
  * The memory side on our own process: zero tests, region parsing, page
  * classification in both pagemap modes, the estimators, the dirty
- * sampler, QMP discovery against a fake QEMU monitor (and a hung one),
- * the migration model and the exporter's text.
+ * sampler, the compression sample, QMP discovery against a fake QEMU
+ * monitor (and a hung one), the migration model and the exporter's text.
  *
  * Our own memory stands in for a VMM's: its page states are set up
  * exactly (written, written with zeros, read-faulted to the zero page,
@@ -22,6 +22,7 @@
 
 #include "unit.h"
 #include "kvmstats_mem.h"
+#include "../../lib/mem_internal.h"
 
 #define PG 4096u
 #define NPAGES 2048u	/* 8 MiB test region */
@@ -536,6 +537,56 @@ static void test_dirty(void **state)
 	munmap(m, (size_t)n * PG);
 }
 
+/* The compression sample over our own memory: the low half of 1024
+ * pages compresses to almost nothing (a byte a page), the high half not
+ * at all (random bytes). A sample cut short by its time bound after one
+ * group must see both halves, as the whole sample does. */
+static void check_compress(const struct kvmstats_pages *pg,
+			   enum kvmstats_mig_compress m, double max_s,
+			   uint64_t pages)
+{
+	struct kvmstats_compress_estimate e;
+
+	assert_int_equal(ks_compress_sample(pg, m, 1, 7, 1024, max_s, &e), 0);
+	assert_true(e.valid);
+	assert_true(e.pages == pages);
+	if (e.ratio < 0.35 || e.ratio > 0.65)
+		fail_msg("%s: %" PRIu64 " pages compress to %.3f, not about 0.5",
+			 kvmstats_mig_compress_str(m), e.pages, e.ratio);
+}
+
+static void test_compress_sample(void **state)
+{
+	const size_t n = 1024;
+	unsigned char *m = mmap(NULL, n * PG, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	assert_true(m != MAP_FAILED);
+	madvise(m, n * PG, MADV_NOHUGEPAGE);
+	for (size_t i = 0; i < n / 2; i++)
+		m[i * PG + i % PG] = 1;
+	for (size_t i = n / 2 * PG; i < n * PG; i += 8) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;	/* xorshift64 */
+		memcpy(m + i, &x, 8);
+	}
+	ram = own_ram(m, n * PG);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	assert_true(kvmstats_pages__counts(pg)->candidates == n);
+	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZLIB, 60, n);
+	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZSTD, 60, n);
+	/* A bound of 0 s: one group of 128, then time is up. */
+	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZLIB, 0, 128);
+	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZSTD, 0, 128);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, n * PG);
+}
+
 /* ---- a fake QEMU monitor ---- */
 
 struct fake_qmp {
@@ -834,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_shmem),
 		cmocka_unit_test(test_shmem_truncated),
 		cmocka_unit_test(test_dirty),
+		cmocka_unit_test(test_compress_sample),
 		cmocka_unit_test(test_qmp_blocks),
 		cmocka_unit_test(test_qmp_hung),
 		cmocka_unit_test(test_bad_range),

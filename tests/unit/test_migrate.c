@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * The migration settings (names, values, defaults per QEMU version, the
- * options over QEMU's), the multifd model's accounting per version, the
- * compression sample, and how `follow` reads QEMU's query-migrate.
+ * options over QEMU's), the multifd model's accounting per version, and
+ * how `follow` reads QEMU's query-migrate.
  */
 #include <math.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -108,60 +106,6 @@ static enum kvmstats_migst status_of(const char *answer, uint64_t *total_ms)
 	return m.status;
 }
 
-/* The compression sample over our own memory: the low half of 1024
- * pages compresses to almost nothing (a byte a page), the high half not
- * at all (random bytes). A sample cut short by its time bound after one
- * group must see both halves, as the whole sample does. */
-static void check_compress(const struct kvmstats_pages *pg,
-			   enum kvmstats_mig_compress m, double max_s,
-			   uint64_t pages)
-{
-	struct kvmstats_compress_estimate e;
-
-	assert_int_equal(ks_compress_sample(pg, m, 1, 7, 1024, max_s, &e), 0);
-	assert_true(e.valid);
-	assert_true(e.pages == pages);
-	if (e.ratio < 0.35 || e.ratio > 0.65)
-		fail_msg("%s: %" PRIu64 " pages compress to %.3f, not about 0.5",
-			 kvmstats_mig_compress_str(m), e.pages, e.ratio);
-}
-
-static void test_compress_sample(void **state)
-{
-	const size_t n = 1024, page = 4096;
-	unsigned char *mem = mmap(NULL, n * page, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct kvmstats_range r = { (uintptr_t)mem, (uintptr_t)mem + n * page };
-	struct kvmstats_ram *ram;
-	struct kvmstats_pages *pg;
-	uint64_t x = 88172645463325252ull;
-
-	(void)state;
-	assert_true(mem != MAP_FAILED);
-	madvise(mem, n * page, MADV_NOHUGEPAGE);
-	for (size_t i = 0; i < n / 2; i++)
-		mem[i * page + i % page] = 1;
-	for (size_t i = n / 2 * page; i < n * page; i += 8) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;	/* xorshift64 */
-		memcpy(mem + i, &x, 8);
-	}
-	ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
-		.sz = sizeof(struct kvmstats_ram_opts), .ranges = &r, .nranges = 1 });
-	assert_non_null(ram);
-	pg = kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
-		.sz = sizeof(struct kvmstats_pages_opts) });
-	assert_non_null(pg);
-	assert_true(kvmstats_pages__counts(pg)->candidates == n);
-	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZLIB, 60, n);
-	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZSTD, 60, n);
-	/* A bound of 0 s: one group of 128, then time is up. */
-	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZLIB, 0, 128);
-	check_compress(pg, KVMSTATS_MIG_COMPRESS_ZSTD, 0, 128);
-	kvmstats_pages__free(pg);
-	kvmstats_ram__free(ram);
-	munmap(mem, n * page);
-}
-
 static void test_follow_completed(void **state)
 {
 	uint64_t ms;
@@ -244,7 +188,6 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_defaults_and_overrides),
 		cmocka_unit_test(test_multifd_accounting),
-		cmocka_unit_test(test_compress_sample),
 		cmocka_unit_test(test_follow_completed),
 #ifdef HAVE_LIBVIRT
 		cmocka_unit_test(test_follow_libvirt_params),
