@@ -254,6 +254,8 @@ double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
  * zero-page-detection=multifd), the migration thread (1), or none (0:
  * zero-page-detection=none). */
 unsigned int ks_multifd_zero_testers(const struct kvmstats_migrate_settings *s);
+/* The channels test their pages for zero, then compress them. */
+bool ks_multifd_tests_zero(const struct kvmstats_migrate_settings *s);
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s);
 
 /* Device state of our test VM (one vCPU, no devices), taken as the usual

@@ -156,14 +156,13 @@ static double on_cpus(unsigned int threads)
 	return threads < (unsigned long)cpus ? (double)threads : (double)cpus;
 }
 
-/* Seconds the channels need to compress @normal pages, at the speed our
- * own sample ran (same library and level), on as many CPUs as channels. */
-static double compress_seconds(const struct mech *m, double normal)
+/* CPU seconds one thread needs to compress @normal pages, at the speed
+ * our own sample ran (same library and level). */
+static double compress_cpu(const struct mech *m, double normal)
 {
 	if (!m->s || !m->s->multifd || !m->c || !m->c->valid || !m->c->pages)
 		return 0;
-	return m->c->elapsed_s / (double)m->c->pages * normal /
-	       on_cpus(m->s->channels);
+	return m->c->elapsed_s / (double)m->c->pages * normal;
 }
 
 /* QEMU reads and tests every page it sends for zero (buffer_is_zero())
@@ -207,17 +206,37 @@ static double dirtied(const struct run *r, double t)
 				       t * (1 - r->th.pct / 100.0), r->cap);
 }
 
+/* The seconds a pass of @pages pages, @normal of them not zero, takes on
+ * the source's CPUs: the zero test of every page and the compression of
+ * the others. Where the channels test (9.0+ multifd), a channel tests its
+ * pages, then compresses them: the two add up, on the same threads.
+ * Otherwise the migration thread tests while the channels compress: each
+ * bounds the pass, and together they share the CPUs. */
+static double cpu_seconds(const struct run *r, double pages, double normal)
+{
+	double walk = pages * r->walk, comp = compress_cpu(&r->m, normal), t;
+	unsigned int ch = r->s && r->s->multifd ? r->s->channels : 0;
+
+	if (!ch)
+		return walk;
+	if (ks_multifd_tests_zero(r->s))
+		return walk + comp / on_cpus(ch);
+	t = comp / on_cpus(ch);
+	if (t < walk)
+		t = walk;
+	if ((walk + comp) / on_cpus(ch + 1) > t)
+		t = (walk + comp) / on_cpus(ch + 1);
+	return t;
+}
+
 /* Seconds to send @b bytes of @pages pages, @normal of them not zero:
- * at the rate, unless compressing or testing them for zero takes longer. */
+ * at the rate, unless testing and compressing them takes longer. */
 static double pass_seconds(const struct run *r, double b, double pages,
 			   double normal)
 {
-	double t = b / r->rate, lim = compress_seconds(&r->m, normal),
-	       walk = pages * r->walk;
+	double t = b / r->rate, cpu = cpu_seconds(r, pages, normal);
 
-	if (lim < walk)
-		lim = walk;
-	return lim > t ? lim : t;
+	return cpu > t ? cpu : t;
 }
 
 /* postcopy-ram: the switch after the first pass, when pre-copy would not

@@ -51,11 +51,16 @@ static bool zero_in_channels(const struct kvmstats_migrate_settings *s)
 	       s->zero_detect == KVMSTATS_MIG_ZERO_MULTIFD;
 }
 
+bool ks_multifd_tests_zero(const struct kvmstats_migrate_settings *s)
+{
+	return s->multifd && s->channels && zero_in_channels(s);
+}
+
 unsigned int ks_multifd_zero_testers(const struct kvmstats_migrate_settings *s)
 {
 	if (s->qemu_major >= 9 && s->zero_detect == KVMSTATS_MIG_ZERO_NONE)
 		return 0;
-	return s->multifd && zero_in_channels(s) && s->channels ? s->channels : 1;
+	return ks_multifd_tests_zero(s) ? s->channels : 1;
 }
 
 double ks_migrate_fixed_bytes(const struct kvmstats_migrate_settings *s)
