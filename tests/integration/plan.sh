@@ -236,17 +236,21 @@ check "VM exiting mid-scan: the other VM's plan is whole" jq -e \
 	".vms[] | select(.pid == $PID_anon) | .nonzero_pages == $before and .rank == 1" \
 	"$TMP/exit.json"
 
-# Dirty rate against QEMU's calc-dirty-rate: the guest rewrites 64 MiB
-# (a byte per page per pass) for as long as it runs. QEMU samples 4096
-# pages per GiB here (its default of 512 would make its own error ~10%).
-launch dirty 256 'nonzero=64M stride=4K dirty=64M dirtyloop=1'
+# Dirty rate against QEMU's calc-dirty-rate: the guest rewrites 32 MiB
+# (a byte per page per pass) for as long as it runs, a pass in well under
+# the 1 s window even under emulation (~0.6 s there at the slowest seen),
+# so both windows see every page of it dirtied: 32 MiB/s whatever the
+# guest's speed in either window. With 64 MiB, a pass took about the
+# window, and the guest's speed, which drifts from one second to the next
+# under emulation, decided the figures (47.6 against 65 MB/s in one run).
+# QEMU samples 16384 pages per GiB, its most (with its default of 512 its
+# own error would be ~10%): 512 of them in the region, +-4%.
+launch dirty 256 'nonzero=64M stride=4K dirty=32M dirtyloop=1'
 if ready dirty; then
 	sleep 1
 	# The two windows overlap: QEMU's calculation runs in its own
-	# thread once started, ours starts right after. Under emulation the
-	# guest's speed drifts from one second to the next, so windows taken
-	# one after the other were seen to disagree (62.8 against 36 MB/s).
-	q dirty '{"execute":"calc-dirty-rate","arguments":{"calc-time":1,"mode":"page-sampling","sample-pages":4096}}' >/dev/null
+	# thread once started, ours starts right after.
+	q dirty '{"execute":"calc-dirty-rate","arguments":{"calc-time":1,"mode":"page-sampling","sample-pages":16384}}' >/dev/null
 	mine=$("$KVMSTATS" plan --pid "$PID_dirty" --method sample --interval 1 --json |
 		jq '.vms[0].dirty_pages_per_second * 4096 / 1048576')
 	qemu_rate=""
