@@ -7,7 +7,9 @@
 # consoles such boots printed: 6.1's report without "timer handling
 # issue" (a CI run's boot that waited 24 min for nothing), and the form
 # with it. A CPU whose counts move on, one report, or two CPUs' reports
-# are not a stop.
+# are not a stop. And KERNEL_CORRUPTED, what voids a boot whose kernel
+# found its own stacks corrupted (a CI run's page-fault entry that ran
+# off its trampoline's stack), but not any other kernel BUG.
 source "$(dirname "$0")/../lib.sh"
 
 eval "$(sed -n '/^timers_stopped() {/,/^}/p' "$ROOT/tests/lab/kvmlab")"
@@ -39,3 +41,11 @@ printf '%s\n' '[ 80.1] rcu: 	Possible timer handling issue on cpu=1 timer-softir
 check "the reports that say 'timer handling issue', twice: stopped" test "$(stopped)" = stopped
 : >"$RUN/console.log"
 check "a quiet console: running" test "$(stopped)" = running
+
+eval "$(grep -m1 '^KERNEL_CORRUPTED=' "$ROOT/tests/lab/kvmlab")"
+corrupted() { grep -qE "${KERNEL_CORRUPTED:-^$}" <<<"$1"; }
+check "the entry trampoline's stack guard page hit: a corrupted kernel" corrupted \
+	'[   89.796615] BUG: ENTRY_TRAMPOLINE stack guard page was hit at 000000009e43e474 (stack is 0000000049edbfb6..000000005ac13d4f)'
+check "a stack end overwritten: a corrupted kernel" corrupted \
+	'[  301.2] Kernel panic - not syncing: corrupted stack end detected inside scheduler'
+check "any other BUG is not voided" eval '! corrupted "[ 12.3] BUG: unable to handle page fault for address: 0000000000000008"'
