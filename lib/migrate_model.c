@@ -214,19 +214,15 @@ static double dirtied(const struct run *r, double t)
  * bounds the pass, and together they share the CPUs. */
 static double cpu_seconds(const struct run *r, double pages, double normal)
 {
-	double walk = pages * r->walk, comp = compress_cpu(&r->m, normal), t;
+	double walk = pages * r->walk, comp = compress_cpu(&r->m, normal);
 	unsigned int ch = r->s && r->s->multifd ? r->s->channels : 0;
 
 	if (!ch)
 		return walk;
 	if (ks_multifd_tests_zero(r->s))
 		return walk + comp / on_cpus(ch);
-	t = comp / on_cpus(ch);
-	if (t < walk)
-		t = walk;
-	if ((walk + comp) / on_cpus(ch + 1) > t)
-		t = (walk + comp) / on_cpus(ch + 1);
-	return t;
+	return fmax(fmax(walk, comp / on_cpus(ch)),
+		    (walk + comp) / on_cpus(ch + 1));
 }
 
 /* Seconds to send @b bytes of @pages pages, @normal of them not zero:
@@ -234,9 +230,7 @@ static double cpu_seconds(const struct run *r, double pages, double normal)
 static double pass_seconds(const struct run *r, double b, double pages,
 			   double normal)
 {
-	double t = b / r->rate, cpu = cpu_seconds(r, pages, normal);
-
-	return cpu > t ? cpu : t;
+	return fmax(b / r->rate, cpu_seconds(r, pages, normal));
 }
 
 /* postcopy-ram: the switch after the first pass, when pre-copy would not
