@@ -194,6 +194,10 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	jset(pred, "settings", set);
 	jset(pred, "mechanism", jstr(d->mechanism ? d->mechanism : "legacy"));
 	jset(pred, "effective_bandwidth_bytes_per_second", jnum(d->effective_bw));
+	cj = json_object_new_object();
+	jset(cj, "count", json_object_new_int64(d->cpus));
+	jset(cj, "source", jstr(d->cpus_source));
+	jset(pred, "source_cpus", cj);
 	jset(pred, "wire_bytes", ju64(d->wire_bytes));
 	if (c->valid || c->note[0]) {
 		cj = json_object_new_object();
@@ -373,6 +377,8 @@ static void print_settings(const struct kvmstats_plan *p)
 		printf("    %-26s %-12s (%s)\n", kvmstats_mig_key_str((enum kvmstats_mig_key)k),
 		       v, kvmstats_mig_src_str(s->src[k]));
 	}
+	printf("  CPUs for the migration's threads: %u (%s)\n", d->cpus,
+	       d->cpus_source && !strcmp(d->cpus_source, "affinity") ? "the VMM's affinity" : "this host's");
 	if (d->compress.note[0])
 		printf("  compression: %s\n", d->compress.note);
 	if (d->walk_rate > 0)

@@ -405,6 +405,11 @@ struct kvmstats_migrate_input {
 	 * own rate): QEMU tests every page of its first pass the same way,
 	 * and a pass cannot be faster than that walk. 0: not modelled. */
 	double walk_rate;
+	/* CPUs the source's migration thread and multifd channels may run
+	 * on: QEMU starts them from its main thread, whose affinity they
+	 * keep (libvirt's <emulatorpin>, a cpuset). 0: this host's online
+	 * CPUs. */
+	uint32_t cpus;
 };
 
 /* Whether the migration completes, with the inputs' uncertainty: the
@@ -719,6 +724,10 @@ struct kvmstats_migrate_detail {
 	 * zero-page-detection none). */
 	double walk_rate;
 	double walk_s;
+	/* The CPUs the model gave the source's threads, and whence:
+	 * "affinity" (the VMM's) or "host" (this host's online CPUs). */
+	uint32_t cpus;
+	const char *cpus_source;
 };
 
 KVMSTATS_API const struct kvmstats_migrate_detail *

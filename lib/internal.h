@@ -153,6 +153,8 @@ ssize_t ks_read_small(const char *path, char *buf, size_t len);
 /* Is @pid a VMM, one that holds a KVM VM fd? 0; else -ENOENT (it holds
  * none: pid 1, a typo), -ESRCH (gone) or -errno, and why in @why. */
 int ks_proc_vmm_check(pid_t pid, char *why, size_t why_sz);
+/* How many CPUs @pid may run on (its affinity); or -errno. */
+int ks_proc_cpus(pid_t pid);
 void ks_vm_free(struct kvmstats_vm *vm);
 
 /* Give an ops reader (kvmstats_reader__open_ops) the id its target would

@@ -146,13 +146,20 @@ static double pass_cost(const struct mech *m, double zero, double normal,
 	return reported;
 }
 
-/* @threads, as many as there are CPUs to run them. */
-static double on_cpus(unsigned int threads)
+/* The CPUs the source's migration threads may run on. */
+static long source_cpus(const struct kvmstats_migrate_input *in)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long cpus = in->cpus ? (long)in->cpus : sysconf(_SC_NPROCESSORS_ONLN);
 
-	if (cpus < 1)
-		cpus = 1;
+	return cpus < 1 ? 1 : cpus;
+}
+
+/* @threads, as many as there are CPUs to run them. */
+static double on_cpus(const struct kvmstats_migrate_input *in,
+		      unsigned int threads)
+{
+	long cpus = source_cpus(in);
+
 	return threads < (unsigned long)cpus ? (double)threads : (double)cpus;
 }
 
@@ -179,7 +186,7 @@ static double walk_per_page(const struct kvmstats_migrate_input *in,
 
 	if (in->walk_rate <= 0 || !testers)
 		return 0;
-	return KS_PAGE / (in->walk_rate * on_cpus(testers));
+	return KS_PAGE / (in->walk_rate * on_cpus(in, testers));
 }
 
 /* The model's state over the passes. */
@@ -220,9 +227,9 @@ static double cpu_seconds(const struct run *r, double pages, double normal)
 	if (!ch)
 		return walk;
 	if (ks_multifd_tests_zero(r->s))
-		return walk + comp / on_cpus(ch);
-	return fmax(fmax(walk, comp / on_cpus(ch)),
-		    (walk + comp) / on_cpus(ch + 1));
+		return walk + comp / on_cpus(&r->in, ch);
+	return fmax(fmax(walk, comp / on_cpus(&r->in, ch)),
+		    (walk + comp) / on_cpus(&r->in, ch + 1));
 }
 
 /* Seconds to send @b bytes of @pages pages, @normal of them not zero:
@@ -392,6 +399,8 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->effective_bw = r.rate;
 		d->walk_rate = r.walk > 0 ? KS_PAGE / r.walk : 0;
 		d->walk_s = r.cap * r.walk;
+		d->cpus = (uint32_t)source_cpus(&r.in);
+		d->cpus_source = r.in.cpus ? "affinity" : "host";
 		d->wire_bytes = (uint64_t)(r.m.wire +
 					   (s ? ks_migrate_fixed_bytes(s) : 0));
 	}

@@ -444,6 +444,15 @@ static double walk_rate(const struct kvmstats_plan_vm *r)
 	return (double)e->bytes_read / e->test_cpu_s;
 }
 
+/* The CPUs the VMM's migration threads may run on; 0 (the host's) where
+ * its affinity cannot be read. */
+static uint32_t vmm_cpus(pid_t pid)
+{
+	int n = ks_proc_cpus(pid);
+
+	return n > 0 ? (uint32_t)n : 0;
+}
+
 int kvmstats_plan__predict(struct kvmstats_plan *p)
 {
 	struct kvmstats_plan_vm *r = &p->res;
@@ -473,7 +482,7 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
 		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
 		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi,
-		.walk_rate = walk_rate(r) }, &p->mig,
+		.walk_rate = walk_rate(r), .cpus = vmm_cpus(r->pid) }, &p->mig,
 		&p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));

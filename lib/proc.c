@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -287,4 +288,24 @@ int kvmstats_proc__vmm_pids(pid_t **out)
 		qsort(pids, n, sizeof(*pids), cmp_pid);
 	*out = pids;
 	return (int)n;
+}
+
+/* The CPUs @pid may run on, from its affinity mask (a cpuset narrows
+ * it): the mask is grown until the kernel's fits, up to 64k CPUs. */
+int ks_proc_cpus(pid_t pid)
+{
+	for (int n = 1024; n <= 65536; n *= 2) {
+		cpu_set_t *set = CPU_ALLOC(n);
+		size_t sz = CPU_ALLOC_SIZE(n);
+		int cpus, err;
+
+		if (!set)
+			return -ENOMEM;
+		err = sched_getaffinity(pid, sz, set) ? -errno : 0;
+		cpus = err ? 0 : CPU_COUNT_S(sz, set);
+		CPU_FREE(set);
+		if (err != -EINVAL)
+			return err ? err : cpus;
+	}
+	return -EINVAL;
 }

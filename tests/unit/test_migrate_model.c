@@ -413,6 +413,17 @@ static void test_walk(void **state)
  * the channels compress. 1 GiB: zero test 1.07 s, compression 1 s, on
  * one thread each; a link that never limits (1 GiB/s for 10 MB), and a
  * downtime that leaves little for the last pass. */
+/* QEMU 10's multifd with 4 channels and zstd, zero pages found in them. */
+static void multifd4_zstd(struct kvmstats_migrate_settings *s, double bw)
+{
+	ks_migrate_defaults(s);
+	s->bandwidth = bw;
+	s->multifd = true;
+	s->channels = 4;
+	s->compress = KVMSTATS_MIG_COMPRESS_ZSTD;
+	s->zero_detect = KVMSTATS_MIG_ZERO_MULTIFD;
+}
+
 static void test_cpu_work(void **state)
 {
 	struct kvmstats_migrate_settings s = {.qemu_major = 10};
@@ -431,12 +442,7 @@ static void test_cpu_work(void **state)
 	double want;
 
 	(void)state;
-	ks_migrate_defaults(&s);
-	s.bandwidth = in.bandwidth;
-	s.multifd = true;
-	s.channels = 4;
-	s.compress = KVMSTATS_MIG_COMPRESS_ZSTD;
-	s.zero_detect = KVMSTATS_MIG_ZERO_MULTIFD;
+	multifd4_zstd(&s, in.bandwidth);
 	assert_int_equal(ks_migrate_run(&in, &s, &c, &p, NULL), 0);
 	want = (walk + 1.0) / (cpus < 4 ? cpus : 4);
 	assert_true(p.seconds >= want && p.seconds < want + 0.1);
@@ -446,6 +452,39 @@ static void test_cpu_work(void **state)
 	if (want < walk)
 		want = walk;
 	assert_true(p.seconds >= want && p.seconds < want + 0.1);
+}
+
+/* A VMM pinned to fewer CPUs (libvirt's <emulatorpin>) runs its channels
+ * on those alone: with one, the zero test and the compression of every
+ * channel add up on it; with eight, four channels get four. */
+static void test_source_cpus(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 10};
+	struct kvmstats_migrate_input in = {
+		.sz = sizeof(in), .zero_pages = 200000, .nonzero_pages = 62144,
+		.nblocks = 1, .block_name_bytes = 6, .bandwidth = 1073741824.0,
+		.downtime_s = 0.01, .walk_rate = 1e9, .cpus = 1,
+	};
+	struct kvmstats_compress_estimate c = {
+		.valid = true, .method = KVMSTATS_MIG_COMPRESS_ZSTD, .level = 1,
+		.pages = 1000, .ratio = 0.01, .elapsed_s = 1000 / 62144.0,
+	};
+	struct kvmstats_migrate_prediction p;
+	struct kvmstats_migrate_detail d = {0};
+	double walk = 262144 * 4096 / 1e9;
+
+	(void)state;
+	multifd4_zstd(&s, in.bandwidth);
+	assert_int_equal(ks_migrate_run(&in, &s, &c, &p, &d), 0);
+	assert_true(p.seconds >= walk + 1.0 && p.seconds < walk + 1.1);
+	assert_int_equal(d.cpus, 1);
+	assert_string_equal(d.cpus_source, "affinity");
+	in.cpus = 8;
+	assert_int_equal(ks_migrate_run(&in, &s, &c, &p, &d), 0);
+	assert_true(p.seconds >= (walk + 1.0) / 4 && p.seconds < (walk + 1.0) / 4 + 0.1);
+	in.cpus = 0;
+	assert_int_equal(ks_migrate_run(&in, &s, &c, &p, &d), 0);
+	assert_string_equal(d.cpus_source, "host");
 }
 
 int main(void)
@@ -462,6 +501,7 @@ int main(void)
 		cmocka_unit_test(test_ranking),
 		cmocka_unit_test(test_walk),
 		cmocka_unit_test(test_cpu_work),
+		cmocka_unit_test(test_source_cpus),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
