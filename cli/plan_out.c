@@ -206,6 +206,7 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 		jset(cj, "sampled_pages", ju64(c->pages));
 		jset(cj, "ratio", c->valid ? jnum(c->ratio) : NULL);
 		jset(cj, "elapsed_seconds", jnum(c->elapsed_s));
+		jset(cj, "cpu_seconds", jnum(c->cpu_s));
 		jset(cj, "note", jstr(c->note));
 		jset(pred, "compression", cj);
 	}

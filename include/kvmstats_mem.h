@@ -704,6 +704,10 @@ struct kvmstats_compress_estimate {
 	double ratio;			/* out / in */
 	double elapsed_s;
 	char note[128];
+	/* CPU seconds in the compressor alone: what a channel spends on
+	 * these pages, already in its memory (elapsed_s adds reading them
+	 * from the VMM, and testing them for zero). */
+	double cpu_s;
 };
 
 /* How the model ran this migration: the mechanism and what it cost. */

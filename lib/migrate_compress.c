@@ -43,20 +43,27 @@ struct csample {
 	ZSTD_CCtx *zc;
 };
 
+/* A page at a time, flushed at the last, as a channel feeds its packet's
+ * pages (a call per page costs too). */
 static long deflate_group(const unsigned char *in, size_t len,
 			  unsigned char *out, size_t out_len, int level)
 {
 	z_stream zs;
-	long n;
+	long n = 0;
 
 	memset(&zs, 0, sizeof(zs));
 	if (deflateInit(&zs, level) != Z_OK)
 		return -ENOMEM;
-	zs.next_in = (unsigned char *)in;
-	zs.avail_in = (uInt)len;
 	zs.next_out = out;
 	zs.avail_out = (uInt)out_len;
-	n = deflate(&zs, Z_SYNC_FLUSH) == Z_OK ? (long)zs.total_out : -EIO;
+	for (size_t off = 0; !n && off < len; off += KS_PAGE) {
+		zs.next_in = (unsigned char *)in + off;
+		zs.avail_in = KS_PAGE;
+		if (deflate(&zs, off + KS_PAGE < len ? Z_NO_FLUSH : Z_SYNC_FLUSH) != Z_OK ||
+		    zs.avail_in)
+			n = -EIO;
+	}
+	n = n ? n : (long)zs.total_out;
 	deflateEnd(&zs);
 	return n;
 }
@@ -64,17 +71,21 @@ static long deflate_group(const unsigned char *in, size_t len,
 static long zstd_group(ZSTD_CCtx *zc, const unsigned char *in, size_t len,
 		       unsigned char *out, size_t out_len, int level)
 {
-	ZSTD_inBuffer ib = {in, len, 0};
 	ZSTD_outBuffer ob = {out, out_len, 0};
 	size_t r;
 
 	ZSTD_CCtx_reset(zc, ZSTD_reset_session_and_parameters);
 	ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, level);
-	do {
-		r = ZSTD_compressStream2(zc, &ob, &ib, ZSTD_e_flush);
-		if (ZSTD_isError(r))
-			return -EIO;
-	} while (r && ob.pos < ob.size);
+	for (size_t off = 0; off < len; off += KS_PAGE) {
+		ZSTD_inBuffer ib = {in + off, KS_PAGE, 0};
+		ZSTD_EndDirective end = off + KS_PAGE < len ? ZSTD_e_continue : ZSTD_e_flush;
+
+		do {
+			r = ZSTD_compressStream2(zc, &ob, &ib, end);
+			if (ZSTD_isError(r))
+				return -EIO;
+		} while ((end == ZSTD_e_flush ? r != 0 : ib.pos < ib.size) && ob.pos < ob.size);
+	}
 	return (long)ob.pos;
 }
 
@@ -116,6 +127,7 @@ static int cs_group(struct csample *c, size_t n, enum kvmstats_mig_compress m,
 	long got = ks_view_fetch(&c->v, c->refs, n, c->buf, c->addr, c->ok,
 				 c->ptr);
 	size_t used = 0;
+	double cpu0;
 	long out;
 
 	if (got < 0)
@@ -128,10 +140,12 @@ static int cs_group(struct csample *c, size_t n, enum kvmstats_mig_compress m,
 	}
 	if (!used)
 		return 0;
+	cpu0 = ks_thread_cpu();
 	out = m == KVMSTATS_MIG_COMPRESS_ZSTD
 		      ? zstd_group(c->zc, c->in, used, c->out, c->out_len,
 				   level)
 		      : deflate_group(c->in, used, c->out, c->out_len, level);
+	e->cpu_s += ks_thread_cpu() - cpu0;
 	if (out < 0)
 		return (int)out;
 	e->pages += used / KS_PAGE;
