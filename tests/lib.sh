@@ -78,12 +78,13 @@ MBGUEST=${MBGUEST:-$ROOT/build/mbguest.elf}
 # multiboot guest, with a QMP socket, without waiting for it (so that
 # several VMs boot in parallel). Sets QEMU_PID, QMP_SOCK ($TMP/NAME.qmp),
 # SERIAL ($TMP/NAME.serial); QEMU's stderr goes to $TMP/NAME.log.
+# QEMU_CPUS: the CPUs it runs on (a taskset -c list), else any.
 launch_qemu() {
 	local name=$1 append=$2
 	shift 2
 	QMP_SOCK=$TMP/$name.qmp
 	SERIAL=$TMP/$name.serial
-	"$QEMU" -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
+	${QEMU_CPUS:+taskset -c "$QEMU_CPUS"} "$QEMU" -enable-kvm -m "${QEMU_MEM:-256}" -smp "${QEMU_SMP:-1}" \
 		-display none -nodefaults -no-user-config -name "guest=$name" \
 		-serial "file:$SERIAL" -qmp "unix:$QMP_SOCK,server=on,wait=off" \
 		-kernel "$MBGUEST" -append "$append" "$@" 2>>"$TMP/$name.log" &
