@@ -5,9 +5,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
