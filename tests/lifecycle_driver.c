@@ -22,6 +22,7 @@
  *   S n=N t=T dur_us=D refresh_us=R vmms=V failed=F statsfds=A fdreaders=B schemas=C
  *   V n=N t=T pid=P uid=U src=S vms=M vcpus=K errs=E age_ms=G exits=X
  *     schema=VM/VCPU (addresses of the schemas: equal means shared)
+ *     err=-ERRNO (the first failed reader's error, 0 if none)
  *   K n=N t=T pid=P (--kill-at fired)
  *   END sweeps=N fds_before=A fds_after=B
  */
@@ -105,6 +106,7 @@ struct vmm_tally {
 	const void *vm_schema, *vcpu_schema;
 	size_t vcpus;
 	int errs, fdreaders;
+	int first_err;		/* the first failed reader's error, for the log */
 	uint64_t age, exits;
 };
 
@@ -113,6 +115,8 @@ static void tally_reader(struct kvmstats_reader *r, struct vmm_tally *t,
 {
 	if (!r)
 		return;
+	if (kvmstats_reader__error(r) && !t->first_err)
+		t->first_err = kvmstats_reader__error(r);
 	t->errs += kvmstats_reader__error(r) != 0;
 	t->fdreaders += kvmstats_reader__fd(r) >= 0;
 	if (kvmstats_reader__age_ns(r) > t->age)
@@ -141,12 +145,13 @@ static void log_vmm(int n, struct kvmstats_vmm *v, int *fdreaders)
 	/* Schemas by address: two sources sharing one have the same
 	 * layout (the context keeps one schema per descriptor block). */
 	printf("V n=%d t=%llu pid=%d uid=%llu src=%s vms=%zu vcpus=%zu errs=%d "
-	       "age_ms=%llu exits=%llu schema=%p/%p\n",
+	       "age_ms=%llu exits=%llu schema=%p/%p err=%d\n",
 	       n, wall_ms(), (int)kvmstats_vmm__pid(v),
 	       (unsigned long long)kvmstats_vmm__uid(v), kvmstats_vmm__source(v),
 	       kvmstats_vmm__num_vms(v), t.vcpus, t.errs,
 	       (unsigned long long)(t.age / 1000000),
-	       (unsigned long long)t.exits, t.vm_schema, t.vcpu_schema);
+	       (unsigned long long)t.exits, t.vm_schema, t.vcpu_schema,
+	       t.first_err);
 }
 
 struct run_opts {

@@ -234,7 +234,12 @@ check_survivor() {
 			else if (prev != last) print "last seen at sweep " prev " of " last
 		}' | head -3)
 	if [ -z "$out" ]; then pass "lifecycle: $name read at every sweep, none lost"
-	else fail "lifecycle: $name read at every sweep, none lost" "$(echo $out)"; fi
+	else
+		fail "lifecycle: $name read at every sweep, none lost" "$(echo $out)"
+		# Which error, and what the test was doing then (its marks).
+		vlines "$pid" | awk '/ errs=[1-9]/' | head -3 | sed 's/^/#   /'
+		echo "#   marks (ms): C=$T_C D1=${T_D1:-} F=$T_F A=$T_A G=$T_G H=$T_H stop=$T_STOP cont=$T_CONT D2=${T_D2:-} E=$T_E end=$T_END"
+	fi
 }
 
 check_survivor "tinyvmm C (minimal VMM, fd)" "$C"
