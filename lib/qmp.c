@@ -19,7 +19,10 @@
  * If it is still queued, /proc/net/unix lists the connection QEMU
  * accepted instead (connected, with the socket's path, unlike one still
  * queued): another client holds the monitor, and it is reported busy
- * at once rather than taken for a hung one. That file lists every Unix
+ * at once rather than taken for a hung one; unless that client has
+ * closed its end (sock_diag: its peer is gone), which leaves QEMU's end
+ * listed until its main loop gets to it: QEMU is slow then, not held, and
+ * is waited for up to the deadline. That file lists every Unix
  * socket of the host, so it is read only then, or before connecting
  * when the caller expects a busy monitor.
  */
@@ -179,6 +182,19 @@ static bool same_file(const char *entry, pid_t pid, const struct stat *st)
 #define SS_CONNECTED_STATE 3u
 #define SO_ACCEPTCON_FLAG 0x10000u
 
+/* A connection QEMU accepted whose client has closed its end: QEMU has
+ * not read the EOF yet, because its main loop is busy (a device_add, a
+ * long command on another monitor). Nobody holds the monitor then; it is
+ * slow, and waited for like any slow monitor. sock_diag names the peer of
+ * a live client; one that closed has no inode left. */
+static bool client_left(unsigned long ino)
+{
+	struct ks_unix_diag d;
+
+	return ino <= UINT32_MAX && !ks_unix_diag((uint32_t)ino, &d) &&
+	       d.has_peer && !d.peer;
+}
+
 static bool busy_stat(const struct stat *st, pid_t pid)
 {
 	char line[PATH_MAX + 128];
@@ -203,7 +219,7 @@ static bool busy_stat(const struct stat *st, pid_t pid)
 		if (state != SS_CONNECTED_STATE || (flags & SO_ACCEPTCON_FLAG) ||
 		    !inode || !*path || *path == '@')
 			continue;
-		busy = same_file(path, pid, st);
+		busy = same_file(path, pid, st) && !client_left(inode);
 	}
 	fclose(f);
 	return busy;

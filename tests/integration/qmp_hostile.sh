@@ -8,8 +8,10 @@
 #    while plan checks and connects;
 #  - a hostile monitor naming 500 new vCPUs at every poll, with made-up
 #    ids: `record` stays bounded in vCPUs (no more than the VMM's vCPU
-#    fds), memory and log size, and no id is made up.
-# Both "VMMs" are tests/tools/hostile_qmp.py holding a real KVM VM.
+#    fds), memory and log size, and no id is made up;
+#  - a monitor slow to close a finished client's connection: the reads
+#    keep their last values meanwhile, none fails "busy".
+# The "VMMs" are tests/tools/hostile_qmp.py holding a real KVM VM.
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp_hostile
 need_tools qmp_hostile python3 socat jq || exit 0
@@ -178,3 +180,43 @@ bad=$(jq -s -r --argjson p "$MON" '[.[].vms[0].vcpus[] | .id as $id | .index as 
 [ -z "$bad" ] && pass "qmp_hostile: no made-up id: indexes in KVM's range, threads of the VMM (else its pid)" ||
 	fail "qmp_hostile: no made-up id" "$bad"
 kill "$MON"
+
+# ---- a monitor slow to let go of a client -------------------------------------
+# QEMU reads a client's EOF in its main loop. While that loop runs a long
+# command (a vCPU's device_add on another monitor), the connection of a
+# poll that has just ended is still QEMU's, listed as connected with the
+# socket's path, as another client's would be. The polls after it must
+# wait for QEMU (slow, not held), within their timeout, and not call the
+# monitor busy: three such polls in a row used to fail the reads (EBUSY;
+# lifecycle.sh in CI, after a hot-add). The library's loop reads it (the
+# lifecycle driver, a sweep every 20 ms): every read succeeds, the last
+# values served with their age while QEMU lags.
+DRIVER=$ROOT/build/tests/lifecycle_driver
+[ -x "$DRIVER" ] || make -s -C "$ROOT" build/tests/lifecycle_driver >/dev/null 2>&1
+LAG_S=1.5
+HQ_LAG=$LAG_S hostile laggard 1 -qmp "unix:$TMP/lag.sock,server=on" ||
+	{ fail "qmp_hostile: laggard starts"; exit 0; }
+LAGGARD=$HPID
+"$DRIVER" run --seconds "$(slow 60)" --interval-ms 20 --timeout-ms "$(slow 3000)" \
+	--stop-file "$TMP/lag.stop" >"$TMP/lag.out" 2>"$TMP/lag.err" &
+DRV=$!
+track "$DRV"
+# Three lags, and the third one over.
+for _ in $(seq "$(slow 300)"); do grep -q '^lag 3$' "$TMP/laggard.log" && break; sleep 0.1; done
+sleep "$(awk -v s="$LAG_S" 'BEGIN { print s + 0.5 }')"
+touch "$TMP/lag.stop"
+wait "$DRV"
+lags=$(grep -c '^lag ' "$TMP/laggard.log")
+read -r n errs src age err <<<"$(grep "^V .* pid=$LAGGARD " "$TMP/lag.out" | awk '
+	{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
+	{ n++; src = f["src"]; if (f["age_ms"] + 0 > age) age = f["age_ms"] + 0 }
+	f["errs"] != 0 { e++; if (!err) err = f["err"] }
+	END { printf "%d %d %s %d %d", n, e, src, age, err }')"
+echo "# laggard: $lags lags of $LAG_S s; $n sweeps read it ($src), $errs failed (first error $err), values up to $age ms old"
+[ "$lags" -ge 3 ] && [ "$n" -ge 20 ] && [ "$src" = qmp ] && [ "$age" -ge 1000 ] &&
+	pass "qmp_hostile: a monitor slow to let a poll go lagged $lags times, the last values served meanwhile (up to $age ms old)" ||
+	fail "qmp_hostile: a monitor slow to let a poll go: lags seen through the reads" "$lags lags, $n sweeps, source $src, age up to $age ms: $(tail -2 "$TMP/lag.err")"
+[ "$n" -ge 20 ] && [ "$errs" = 0 ] &&
+	pass "qmp_hostile: ... and no read failed: QEMU slow to close a finished poll is not another client holding the monitor" ||
+	fail "qmp_hostile: a monitor slow to let a poll go is not busy" "$errs of $n sweeps failed, first error $err"
+kill "$LAGGARD"

@@ -35,6 +35,12 @@
   hostile_qmp.py arrays NVCPUS READY ARGS...
       on $HQ_SOCK, a query-stats of the vCPUs whose value is
       "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
+  hostile_qmp.py laggard NVCPUS READY -qmp unix:SOCK,server=on
+      a well-behaved monitor (as plain) whose main loop is busy right
+      after every $HQ_LAG_EVERY-th client (10) hangs up: for $HQ_LAG
+      seconds (1.5) it neither closes that connection nor accepts the
+      next, as QEMU running a long device_add from another monitor. Each
+      lag is logged to stderr ("lag N").
   hostile_qmp.py mute NVCPUS READY -qmp unix:SOCK,server=on
       creates the VM and, on SOCK, greets every client as QMP does and
       never answers anything: each exchange costs a client its timeout.
@@ -311,7 +317,8 @@ def main():
         while True:
             time.sleep(3600)
     # Ready only once it can answer at once (Arrays builds its reply).
-    mon = {"plain": Plain, "hist": Hist, "arrays": Arrays}.get(
+    mon = {"plain": Plain, "laggard": Plain, "hist": Hist,
+           "arrays": Arrays}.get(
         mode, lambda n: Monitor())(nvcpus)
     path = os.environ.get("HQ_SOCK") or sys.argv[5][len("unix:"):].split(",")[0]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -326,8 +333,12 @@ def main():
         drop_to_nobody()
         threading.Thread(target=swap_forever, args=(path, sys.argv[6]),
                          daemon=True).start()
+    lag = float(os.environ.get("HQ_LAG", "1.5"))
+    lag_every = int(os.environ.get("HQ_LAG_EVERY", "10"))
+    clients = lags = 0
     while True:
         conn, _ = sock.accept()
+        clients += 1
         if mode == "swap":
             peer = struct.unpack("3i", conn.getsockopt(
                 socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
@@ -337,6 +348,11 @@ def main():
             mon.serve(conn)
         except OSError:
             pass
+        if mode == "laggard" and clients % lag_every == 0:
+            lags += 1
+            sys.stderr.write("lag %d\n" % lags)
+            sys.stderr.flush()
+            time.sleep(lag)
         conn.close()
     return held
 
