@@ -25,9 +25,12 @@
  * for QMP. Polls follow the reads: one per read that finds none under
  * way, none when nobody reads. A monitor another client holds at a poll
  * is tried again at the next one while the reads keep the last values,
- * older each time; after QMP_BUSY_POLLS such polls in a row they fail
- * with EBUSY. The snapshot is guarded by a mutex held only for memory
- * copies, never across I/O.
+ * older each time; after QMP_BUSY_POLLS such polls in a row, once it has
+ * been busy for the exchange's timeout (the patience a hung monitor
+ * gets), they fail with EBUSY: another kvmstats' poll, or a QEMU slow to
+ * close our last connection, costs no reading of a loop that samples
+ * faster than that. The snapshot is guarded by a mutex held only for
+ * memory copies, never across I/O.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +46,8 @@
 #include "source_qmp.h"
 
 /* Polls in a row that found the monitor held by another client before
- * the reads fail with EBUSY rather than serve older and older values. */
+ * the reads fail with EBUSY rather than serve older and older values
+ * (and not before it was busy for timeout_ms). */
 #define QMP_BUSY_POLLS 3
 
 /* One QEMU monitor, shared by the VMM's readers and its poller thread. */
@@ -72,6 +76,7 @@ struct qmp_vmm {
 	uint64_t time_ns;	/* when the snapshot was taken */
 	int err;		/* failure since the last good poll, or 0 */
 	unsigned int busy_polls;	/* polls in a row that found it busy */
+	uint64_t busy_since_ns;	/* when the first of them did */
 };
 
 /* A reader's private data: which target of the VMM it reads. */
@@ -245,7 +250,8 @@ static void poll_failed(struct qmp_vmm *m, int err)
 	}
 	/* The values are kept while they are not too old; a failure seen
 	 * before is now this one. */
-	m->busy_polls++;
+	if (!m->busy_polls++)
+		m->busy_since_ns = ks_now_ns();
 	if (m->err)
 		m->err = -EBUSY;
 }
@@ -374,6 +380,14 @@ static void qmp_vmm_free(void *priv)
 
 /* ---- readers ---------------------------------------------------------- */
 
+/* Held by another client for too long to serve the last values. Lock
+ * held. */
+static bool busy_too_long(const struct qmp_vmm *m)
+{
+	return m->busy_polls >= QMP_BUSY_POLLS &&
+	       ks_now_ns() - m->busy_since_ns >= m->timeout_ms * 1000000ull;
+}
+
 static int target_read(void *priv, struct kvmstats_sample *smp,
 		       uint64_t *missing)
 {
@@ -395,7 +409,7 @@ static int target_read(void *priv, struct kvmstats_sample *smp,
 	}
 	if (m->err)
 		err = m->err;
-	else if (m->busy_polls >= QMP_BUSY_POLLS)
+	else if (busy_too_long(m))
 		err = -EBUSY;
 	if (!err) {
 		memcpy(smp->data, s->data, kvmstats_schema__data_size(sc));
