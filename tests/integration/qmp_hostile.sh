@@ -10,7 +10,8 @@
 #    ids: `record` stays bounded in vCPUs (no more than the VMM's vCPU
 #    fds), memory and log size, and no id is made up;
 #  - a monitor slow to close a finished client's connection: the reads
-#    keep their last values meanwhile, none fails "busy".
+#    keep their last values meanwhile, none fails "busy"; one that keeps
+#    50 such connections is busy, said at once.
 # The "VMMs" are tests/tools/hostile_qmp.py holding a real KVM VM.
 source "$(dirname "$0")/../lib.sh"
 require_kvm qmp_hostile
@@ -220,3 +221,22 @@ echo "# laggard: $lags lags of $LAG_S s; $n sweeps read it ($src), $errs failed 
 	pass "qmp_hostile: ... and no read failed: QEMU slow to close a finished poll is not another client holding the monitor" ||
 	fail "qmp_hostile: a monitor slow to let a poll go is not busy" "$errs of $n sweeps failed, first error $err"
 kill "$LAGGARD"
+
+# ---- a monitor hoarding finished connections ----------------------------------
+# QEMU serves one client at a time: one finished connection left open is
+# a QEMU slow to close it, 50 are a VMM making them. sock_diag is asked
+# about 8 at most per look (QMP_MAX_LEFT); past them the monitor is busy,
+# and said so at once, not after the timeout of a monitor that greets
+# nobody.
+hostile hoarder 1 -qmp "unix:$TMP/hoard.sock,server=on" ||
+	{ fail "qmp_hostile: hoarder starts"; exit 0; }
+HOARDER=$HPID
+t0=$(($(date +%s%N) / 1000000))
+"$KVMSTATS" dump --pid "$HOARDER" --source qmp --qmp-timeout "$(slow 5000)" \
+	>/dev/null 2>"$TMP/hoard.err"
+rc=$?
+dt=$(($(date +%s%N) / 1000000 - t0))
+[ $rc = 1 ] && grep -q "busy" "$TMP/hoard.err" && [ "$dt" -lt "$(slow 2000)" ] &&
+	pass "qmp_hostile: a monitor keeping 50 finished connections is busy, said in $dt ms ($(head -1 "$TMP/hoard.err"))" ||
+	fail "qmp_hostile: a monitor keeping 50 finished connections is busy, said at once" "rc $rc in $dt ms: $(head -2 "$TMP/hoard.err")"
+kill "$HOARDER"

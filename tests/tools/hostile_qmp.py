@@ -41,6 +41,11 @@
       seconds (1.5) it neither closes that connection nor accepts the
       next, as QEMU running a long device_add from another monitor. Each
       lag is logged to stderr ("lag N").
+  hostile_qmp.py hoarder NVCPUS READY -qmp unix:SOCK,server=on
+      connects to its own SOCK $HQ_HOARD times (50), accepts each and
+      closes the client's end, keeping its own: finished connections
+      never closed, as a QEMU slow to close them would show them. Then
+      it accepts nobody.
   hostile_qmp.py mute NVCPUS READY -qmp unix:SOCK,server=on
       creates the VM and, on SOCK, greets every client as QMP does and
       never answers anything: each exchange costs a client its timeout.
@@ -326,6 +331,16 @@ def main():
     sock.listen(16)
     if mode == "swap":
         os.chown(path, 65534, 65534)
+    if mode == "hoarder":
+        kept = []
+        for _ in range(int(os.environ.get("HQ_HOARD", "50"))):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(path)
+            kept.append(sock.accept()[0])
+            c.close()
+        open(ready, "w").close()
+        while True:
+            time.sleep(3600)
     open(ready, "w").close()
     if mode in ("mute", "error"):
         stall_forever(sock, mode)
