@@ -72,6 +72,9 @@ uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
 /* pidfd of a process, and whether it still runs. */
 int ks_pidfd_open(pid_t pid);
 bool ks_pidfd_alive(int pidfd);
+/* Whether the process of @pidfd (@pid) is gone or on its way: its
+ * memory goes before its pidfd tells (PF_EXITING). */
+bool ks_vmm_gone(int pidfd, pid_t pid);
 
 /* Open the file behind a shared or file-backed region (through
  * /proc/PID/map_files), read-only. */

@@ -81,7 +81,7 @@ struct classify {
 
 static int dead_or(const struct kvmstats_pages *pg, int err)
 {
-	return ks_pidfd_alive(pg->ram->pidfd) ? err : -ESRCH;
+	return ks_vmm_gone(pg->ram->pidfd, pg->ram->pid) ? -ESRCH : err;
 }
 
 /* ---- PAGEMAP_SCAN ---- */

@@ -88,6 +88,38 @@ bool ks_pidfd_alive(int pidfd)
 	return pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
+#define KS_PF_EXITING 0x4u	/* the kernel's task flag */
+
+/* A VMM that is exiting drops its memory (its pagemap reads as empty)
+ * long before its pidfd says so: it closes its files in between, and
+ * destroying a big VM there takes a while. While the pidfd says alive
+ * the pid is still its own, so /proc/PID/stat's flags are. */
+bool ks_vmm_gone(int pidfd, pid_t pid)
+{
+	char path[64], buf[512], *p;
+	unsigned int flags = 0;
+	ssize_t n;
+	int fd;
+
+	if (!ks_pidfd_alive(pidfd))
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	/* After the name (which may hold anything): state, ppid, pgrp,
+	 * session, tty, tpgid, flags. */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %u", &flags) != 1)
+		return false;
+	return flags & KS_PF_EXITING;
+}
+
 /* ---- /proc/PID/maps and smaps ---- */
 
 static bool is_header(const char *line, struct ks_map *m)

@@ -13,11 +13,13 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "unit.h"
@@ -772,6 +774,54 @@ static void test_bad_range(void **state)
 	assert_null(kvmstats_ram__open(0, NULL));
 }
 
+/* A process whose main thread has exited while another runs on: its
+ * pidfd says alive, its task flags say exiting, as a VMM's do between
+ * dropping its memory and closing its files. */
+static void *linger(void *arg)
+{
+	(void)arg;
+	sleep(30);
+	return NULL;
+}
+
+static void test_vmm_gone(void **state)
+{
+	int pipefd[2], pidfd;
+	pid_t child;
+	char c;
+
+	(void)state;
+	pidfd = ks_pidfd_open(getpid());
+	assert_true(pidfd >= 0);
+	assert_false(ks_vmm_gone(pidfd, getpid()));
+	close(pidfd);
+	assert_int_equal(pipe(pipefd), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		pthread_t t;
+
+		pthread_create(&t, NULL, linger, NULL);
+		close(pipefd[0]);
+		close(pipefd[1]);	/* the parent's read ends: started */
+		pthread_exit(NULL);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &c, 1), 0);
+	close(pipefd[0]);
+	pidfd = ks_pidfd_open(child);
+	assert_true(pidfd >= 0);
+	/* The main thread's exit is under way: wait for its flag, bounded. */
+	for (int i = 0; i < 200 && !ks_vmm_gone(pidfd, child); i++)
+		usleep(10000);
+	assert_true(ks_pidfd_alive(pidfd));
+	assert_true(ks_vmm_gone(pidfd, child));
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_true(ks_vmm_gone(pidfd, child));
+	close(pidfd);
+}
+
 /* ---- the model ---- */
 
 static void test_model_clean(void **state)
@@ -889,6 +939,7 @@ int main(void)
 		cmocka_unit_test(test_qmp_blocks),
 		cmocka_unit_test(test_qmp_hung),
 		cmocka_unit_test(test_bad_range),
+		cmocka_unit_test(test_vmm_gone),
 		cmocka_unit_test(test_model_clean),
 		cmocka_unit_test(test_model_dirty),
 		cmocka_unit_test(test_prometheus),
