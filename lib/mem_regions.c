@@ -99,19 +99,13 @@ bool ks_vmm_gone(int pidfd, pid_t pid)
 	char path[64], buf[512], *p;
 	unsigned int flags = 0;
 	ssize_t n;
-	int fd;
 
 	if (!ks_pidfd_alive(pidfd))
 		return true;
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
+	n = ks_read_small(path, buf, sizeof(buf));
 	if (n <= 0)
-		return false;
-	buf[n] = 0;
+		return n == -ENOENT;
 	/* After the name (which may hold anything): state, ppid, pgrp,
 	 * session, tty, tpgid, flags. */
 	p = strrchr(buf, ')');
