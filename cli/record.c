@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
-#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +28,7 @@
 #include "cli.h"
 #include "discover.h"
 #include "kvmstats_log.h"
-#include "sanitize.h"
+#include "record_text.h"
 
 enum {
 	OPT_ROTATE_SIZE = OPT_CMD_BASE,
@@ -38,8 +37,6 @@ enum {
 	OPT_REFRESH,
 	OPT_KEYFRAME,
 };
-
-#define HEADER_EVERY 20		/* text lines between two header lines */
 
 static volatile sig_atomic_t stop_flag, hup_flag;
 
@@ -55,14 +52,6 @@ static void on_hup(int sig)
 	hup_flag = 1;
 }
 
-/* One column of the text log: a stat name, summed over the targets. */
-struct column {
-	char *name;
-	unsigned int type;	/* of the first schema that has it */
-	double value;
-	bool any;		/* some target had it this line */
-};
-
 /* Workers that open new VMMs, and how long the first scan waits for them:
  * a VMM that holds its stats fds opens in milliseconds. */
 #define DISCOVER_THREADS 4
@@ -71,12 +60,6 @@ struct column {
 struct choice {
 	uint64_t uid;
 	bool chosen;
-};
-
-/* Which stat of a schema each column is (NULL: the schema lacks it). */
-struct colmap {
-	const struct kvmstats_schema *s;
-	const struct kvmstats_stat **st;
 };
 
 struct rec {
@@ -98,18 +81,8 @@ struct rec {
 	long count;
 	struct kvmstats_log_writer_opts wo;
 
-	/* Text log. */
-	bool log, skip_zero, past;
-	const char *log_file;
-	FILE *out;
-	regex_t fields;
-	bool fields_set;
-	struct column *cols;
-	size_t ncols;
-	bool cols_ready;
-	struct colmap *maps;
-	size_t nmaps;
-	unsigned long lines;
+	bool log;			/* --log: the text log */
+	struct text_log text;
 };
 
 static uint64_t now_ns(clockid_t clk)
@@ -163,304 +136,6 @@ static uint64_t parse_size(struct cli *cli, const char *opt, const char *arg)
 		return 0;
 	}
 	return (uint64_t)v;
-}
-
-/* ---- the text log ------------------------------------------------- */
-
-static bool is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
-
-static struct column *find_col(struct rec *r, const char *name)
-{
-	for (size_t i = 0; i < r->ncols; i++)
-		if (!strcmp(r->cols[i].name, name))
-			return &r->cols[i];
-	return NULL;
-}
-
-static int add_schema_cols(struct rec *r, const struct kvmstats_schema *s)
-{
-	const struct kvmstats_stat *st;
-
-	kvmstats_schema__for_each(st, s) {
-		const char *name = kvmstats_stat__name(st);
-		void *p;
-
-		if (is_hist(st) || find_col(r, name))
-			continue;
-		if (r->fields_set && regexec(&r->fields, name, 0, NULL, 0))
-			continue;
-		p = realloc(r->cols, (r->ncols + 1) * sizeof(*r->cols));
-		if (!p)
-			return -ENOMEM;
-		r->cols = p;
-		r->cols[r->ncols] = (struct column){ .name = strdup(name),
-						     .type = kvmstats_stat__type(st) };
-		if (!r->cols[r->ncols].name)
-			return -ENOMEM;
-		r->ncols++;
-	}
-	return 0;
-}
-
-static const struct kvmstats_stat **colmap(struct rec *r,
-					   const struct kvmstats_schema *s)
-{
-	const struct kvmstats_stat **st;
-	void *p;
-
-	for (size_t i = 0; i < r->nmaps; i++)
-		if (r->maps[i].s == s)
-			return r->maps[i].st;
-	/* Keep the grown array even if calloc fails: the old one is gone. */
-	p = realloc(r->maps, (r->nmaps + 1) * sizeof(*r->maps));
-	if (!p)
-		return NULL;
-	r->maps = p;
-	st = calloc(r->ncols + 1, sizeof(*st));
-	if (!st)
-		return NULL;
-	for (size_t c = 0; c < r->ncols; c++) {
-		st[c] = kvmstats_schema__find(s, r->cols[c].name);
-		if (st[c] && is_hist(st[c]))
-			st[c] = NULL;
-	}
-	r->maps[r->nmaps++] = (struct colmap){ s, st };
-	return st;
-}
-
-/* Add one reader's contribution: rates of cumulative stats (or totals
- * with --include-past), levels of instant ones, maxima of peaks. */
-static void add_reader(struct rec *r, struct kvmstats_reader *rd, bool totals)
-{
-	const struct kvmstats_sample *cur = kvmstats_reader__cur(rd);
-	const struct kvmstats_sample *prev = kvmstats_reader__prev(rd);
-	const uint64_t *miss = kvmstats_reader__missing(rd);
-	const struct kvmstats_stat **st;
-
-	if (!cur || kvmstats_reader__error(rd))
-		return;
-	st = colmap(r, kvmstats_reader__schema(rd));
-	if (!st)
-		return;
-	for (size_t c = 0; c < r->ncols; c++) {
-		struct column *col = &r->cols[c];
-		double v;
-
-		/* A stat the source refused stays missing ("-", null, an
-		 * empty CSV field) unless another target knows it. */
-		if (!st[c] || (miss && (miss[kvmstats_stat__index(st[c]) / 64] >>
-					(kvmstats_stat__index(st[c]) % 64)) & 1))
-			continue;
-		v = (double)kvmstats_stat__values(st[c], cur->data)[0];
-		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_CUMULATIVE && !totals) {
-			if (!prev || cur->time_ns <= prev->time_ns)
-				continue;
-			v = kvmstats_stat__rate(st[c], prev->data, cur->data,
-						cur->time_ns - prev->time_ns);
-			if (isnan(v))
-				continue;
-		}
-		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_PEAK)
-			col->value = col->any && col->value > v ? col->value : v;
-		else
-			col->value += v;
-		col->any = true;
-	}
-}
-
-static void sum_columns(struct rec *r, bool totals)
-{
-	for (size_t c = 0; c < r->ncols; c++) {
-		r->cols[c].value = 0;
-		r->cols[c].any = false;
-	}
-	for (size_t i = 0; i < r->nsel; i++) {
-		struct kvmstats_vmm *v = r->sel[i];
-
-		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
-			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
-			int index;
-
-			if (kvmstats_vm__reader(vm))
-				add_reader(r, kvmstats_vm__reader(vm), totals);
-			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
-				add_reader(r, kvmstats_vm__vcpu(vm, k, &index), totals);
-		}
-	}
-}
-
-/* Columns are chosen once, when the first targets are seen: every stat of
- * their schemas that --fields matches (histograms aside), less with
- * --skip-zero those never counted so far (stats this KVM does not keep). */
-static int choose_columns(struct rec *r)
-{
-	size_t keep = 0;
-
-	for (size_t i = 0; i < r->nsel; i++) {
-		struct kvmstats_vmm *v = r->sel[i];
-
-		for (size_t j = 0; j < kvmstats_vmm__num_vms(v); j++) {
-			struct kvmstats_vm *vm = kvmstats_vmm__vm(v, j);
-			int index;
-
-			if (kvmstats_vm__reader(vm) &&
-			    add_schema_cols(r, kvmstats_reader__schema(kvmstats_vm__reader(vm))))
-				return -ENOMEM;
-			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
-				if (add_schema_cols(r, kvmstats_reader__schema(
-							       kvmstats_vm__vcpu(vm, k, &index))))
-					return -ENOMEM;
-		}
-	}
-	if (!r->ncols)
-		return 0;
-	if (r->skip_zero) {
-		sum_columns(r, true);
-		for (size_t c = 0; c < r->ncols; c++) {
-			if (r->cols[c].value != 0)
-				r->cols[keep++] = r->cols[c];
-			else
-				free(r->cols[c].name);
-		}
-		r->ncols = keep;
-		/* The maps index the columns as they were. */
-		for (size_t i = 0; i < r->nmaps; i++)
-			free(r->maps[i].st);
-		r->nmaps = 0;
-	}
-	r->cols_ready = true;
-	return 0;
-}
-
-static int col_width(const struct column *c)
-{
-	int n = (int)strlen(safe_str(c->name));
-
-	return n > 9 ? n : 9;
-}
-
-static void print_header(struct rec *r)
-{
-	FILE *f = r->out;
-
-	if (r->cli->format == OUT_CSV) {
-		struct csv c = { .f = f };
-
-		csv_field(&c, "time");
-		for (size_t i = 0; i < r->ncols; i++)
-			csv_field(&c, r->cols[i].name);
-		csv_end(&c);
-		return;
-	}
-	fprintf(f, "%-8s", "time");
-	for (size_t c = 0; c < r->ncols; c++)
-		fprintf(f, " %*s", col_width(&r->cols[c]), safe_str(r->cols[c].name));
-	fputc('\n', f);
-}
-
-static void print_line(struct rec *r, uint64_t rt_ns)
-{
-	time_t t = (time_t)(rt_ns / 1000000000ull);
-	struct tm tm;
-	char ts[40];
-	FILE *f = r->out;
-
-	localtime_r(&t, &tm);
-	if (r->cli->format == OUT_JSON) {
-		struct json_object *o = json_object_new_object();
-		struct json_object *v = json_object_new_object(), *clean;
-
-		json_object_object_add(o, "time", cli_json_double(rt_ns / 1e9));
-		for (size_t c = 0; c < r->ncols; c++)
-			json_object_object_add(v, r->cols[c].name,
-					       r->cols[c].any ? cli_json_double(
-									r->cols[c].value)
-							      : NULL);
-		clean = json_clean(v);
-		if (clean != v)
-			json_object_put(v);
-		json_object_object_add(o, r->past ? "totals" : "rates", clean);
-		fprintf(f, "%s\n", json_object_to_json_string_ext(
-					   o, JSON_C_TO_STRING_PLAIN |
-						      JSON_C_TO_STRING_NOSLASHESCAPE));
-		json_object_put(o);
-		return;
-	}
-	if (r->cli->format == OUT_CSV) {
-		struct csv c = { .f = f };
-
-		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S%z", &tm);
-		csv_field(&c, ts);
-		for (size_t i = 0; i < r->ncols; i++) {
-			if (r->cols[i].any)
-				csv_double(&c, r->cols[i].value, r->past ? 0 : 2);
-			else
-				csv_empty(&c);
-		}
-		csv_end(&c);
-		return;
-	}
-	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
-	fprintf(f, "%-8s", ts);
-	for (size_t c = 0; c < r->ncols; c++) {
-		if (r->cols[c].any)
-			fprintf(f, " %*.0f", col_width(&r->cols[c]), r->cols[c].value);
-		else
-			fprintf(f, " %*s", col_width(&r->cols[c]), "-");
-	}
-	fputc('\n', f);
-}
-
-static void log_line(struct rec *r, uint64_t rt_ns, unsigned long sample)
-{
-	bool nonzero = false;
-
-	if (!r->cols_ready) {
-		/* Once: the VMs whose every counter is unknown, and why. */
-		for (size_t i = 0; i < r->nsel; i++)
-			target_warn_unknown(r->cli, r->sel[i]);
-		if (choose_columns(r) || !r->cols_ready)
-			return;
-	}
-	/* Rates need two readings; totals are there from the first. */
-	if (!r->past && sample == 0)
-		return;
-	sum_columns(r, r->past);
-	for (size_t c = 0; c < r->ncols; c++)
-		nonzero |= r->cols[c].any && r->cols[c].value != 0;
-	if (r->skip_zero && !nonzero)
-		return;
-	if (r->cli->format == OUT_TABLE ? r->lines % HEADER_EVERY == 0
-					: r->cli->format == OUT_CSV && r->lines == 0)
-		print_header(r);
-	print_line(r, rt_ns);
-	r->lines++;
-	fflush(r->out);
-}
-
-static int open_log_file(struct rec *r)
-{
-	FILE *f;
-
-	if (!r->log_file) {
-		r->out = stdout;
-		return 0;
-	}
-	f = open_output(r->log_file, true);
-	if (!f) {
-		cli_err(r->cli, "%s: %s", r->log_file, errno == ELOOP ?
-			"is a symbolic link: refusing to write through it" : strerror(errno));
-		return -1;
-	}
-	if (r->out && r->out != stdout)
-		fclose(r->out);
-	r->out = f;
-	return 0;
 }
 
 /* ---- the loop ------------------------------------------------------- */
@@ -600,8 +275,8 @@ static void on_sighup(struct rec *r)
 		r->dropped_seen = kvmstats_log_writer__dropped(r->w);
 		r->failing = true;
 	}
-	if (r->log_file)
-		open_log_file(r);
+	if (r->text.file)
+		text_log_open(&r->text);
 }
 
 /* Sleep until @deadline (CLOCK_MONOTONIC ns), reopening the files on
@@ -659,7 +334,7 @@ static int run(struct rec *r)
 		if (r->w && r->log)
 			write_sample(r);
 		if (r->log)
-			log_line(r, now_ns(CLOCK_REALTIME), n);
+			text_log_line(&r->text, r->sel, r->nsel, now_ns(CLOCK_REALTIME), n);
 		if (r->count && (long)n + 1 >= r->count)
 			break;
 		/* After the sample, in the time until the next one: the
@@ -744,7 +419,7 @@ static void drop_caps(struct rec *r)
 	int keep[3] = { CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE };
 	bool qmp = !r->a.source || !strcmp(r->a.source, "auto") ||
 		   !strcmp(r->a.source, "qmp") || r->a.qmp;
-	bool files = dir_not_ours(r->output) || dir_not_ours(r->log_file);
+	bool files = dir_not_ours(r->output) || dir_not_ours(r->text.file);
 
 	if (caps_keep_only(keep, qmp || files ? 3 : 2))
 		cli_warn(r->cli, "could not drop capabilities");
@@ -784,18 +459,9 @@ static int finish(struct rec *r)
 
 static void rec_free(struct rec *r)
 {
-	for (size_t c = 0; c < r->ncols; c++)
-		free(r->cols[c].name);
-	for (size_t i = 0; i < r->nmaps; i++)
-		free(r->maps[i].st);
-	free(r->cols);
-	free(r->maps);
+	text_log_free(&r->text);
 	free(r->sel);
 	free(r->choice);
-	if (r->fields_set)
-		regfree(&r->fields);
-	if (r->out && r->out != stdout)
-		fclose(r->out);
 	kvmstats_log_writer__close(r->w);
 	discover_free(r->disc);		/* its workers read the host */
 	kvmstats_host__free(r->host);
@@ -848,24 +514,16 @@ static int record_opt(struct rec *r, int c, const char *arg)
 		return 1;
 	case 'L':
 		r->log = true;
-		r->log_file = arg;
+		r->text.file = arg;
 		return 1;
 	case 'z':
-		r->skip_zero = true;
+		r->text.skip_zero = true;
 		return 1;
 	case 'i':
-		r->past = true;
+		r->text.past = true;
 		return 1;
 	case 'f':
-		if (r->fields_set)
-			regfree(&r->fields);
-		r->fields_set = !regcomp(&r->fields, arg, REG_EXTENDED | REG_NOSUB);
-		if (!r->fields_set) {
-			cli_err(r->cli, "--fields: '%s' is not a valid regular expression",
-				arg);
-			return -1;
-		}
-		return 1;
+		return text_log_fields(&r->text, arg) ? -1 : 1;
 	}
 	return 0;
 }
@@ -894,7 +552,7 @@ static int rec_check(struct cli *cli, void *ctx)
 			       "and --sync go with --output FILE");
 	if (wo->rotate_keep && !wo->rotate_size)
 		return cli_bad(cli, "--rotate-keep goes with --rotate-size");
-	if (!r->log && (r->fields_set || r->skip_zero || r->past))
+	if (!r->log && (r->text.fields_set || r->text.skip_zero || r->text.past))
 		return cli_bad(cli, "--fields, --skip-zero and --include-past "
 			       "go with --log");
 	if (!r->log && cli->format == OUT_CSV)
@@ -958,7 +616,7 @@ static const struct cli_spec record_spec = {
 
 int cmd_record(struct cli *cli, int argc, char **argv)
 {
-	struct rec r = { .cli = cli, .interval = 1, .refresh = 2 };
+	struct rec r = { .cli = cli, .interval = 1, .refresh = 2, .text.cli = cli };
 	int ret;
 
 	if (target_args_init(&r.a, argc))
@@ -973,7 +631,7 @@ int cmd_record(struct cli *cli, int argc, char **argv)
 	 * are dropped (capabilities are per thread). */
 	if (!r.host || (r.a.npids && refresh(&r, true)))
 		goto out;
-	if ((r.log && open_log_file(&r)) || (r.output && open_writer(&r)))
+	if ((r.log && text_log_open(&r.text)) || (r.output && open_writer(&r)))
 		goto out;
 	drop_caps(&r);
 	r.disc = discover_new(r.host, DISCOVER_THREADS);
