@@ -116,6 +116,12 @@ static const struct {
 	{ "nx_lpage_splits", "huge pages split for the NX workaround" },
 	{ "max_mmu_rmap_size", "largest reverse map seen" },
 	{ "max_mmu_page_hash_collisions", "most shadow page hash collisions seen" },
+	/* arm64 (arch/arm64/kvm/guest.c) */
+	{ "hvc_exit_stat", "exits on a guest HVC (hypercall)" },
+	{ "wfe_exit_stat", "exits on a guest WFE (wait for event)" },
+	{ "wfi_exit_stat", "exits on a guest WFI (wait for interrupt)" },
+	{ "mmio_exit_user", "MMIO exits handled in user space" },
+	{ "mmio_exit_kernel", "MMIO exits handled in the kernel" },
 };
 
 static const char *stat_help(const char *name)

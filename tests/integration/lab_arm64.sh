@@ -127,6 +127,8 @@ check "serve: hvc_exit_stat of armvmm's vCPUs, positive" bash -c \
 		awk '{ if (\$NF + 0 <= 0) bad = 1; n++ } END { exit bad || n < 2 }'"
 check "serve: wfi_exit_stat and mmio_exit_user are exported too" bash -c \
 	"grep -q '^[a-z_]*wfi_exit_stat' '$P/scrape' && grep -q '^[a-z_]*mmio_exit_user' '$P/scrape'"
+check "serve: arm64's stats say what they count (HELP of wfi_exit_stat)" \
+	grep -q '^# HELP [a-z_]*wfi_exit_stat[a-z_]* exits on a guest WFI' "$P/scrape"
 check "serve ends on SIGTERM with status 0" ok serve
 
 hdr=$(grep -m1 '^ *PID ' "$P/top" 2>/dev/null)
