@@ -2,7 +2,7 @@
 /*
  * kvmstats record: sample every VM (or those chosen) at an interval into a
  * binary log (kvmstats_log.h), and/or print a vmstat-like text log of
- * rates, as kvm_stat -l/-L does.
+ * rates, as kvm_stat -l/-L does (record_text.c).
  *
  * The loop is: sweep every reader once, hand the readings to the log
  * writer (one writev per sample), print a text line, insert the VMMs the
