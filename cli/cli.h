@@ -5,6 +5,7 @@
 
 #include <getopt.h>
 #include <json-c/json.h>
+#include <regex.h>
 #include <stdio.h>
 
 #include "kvmstats.h"
@@ -56,6 +57,11 @@ int cli_bad(const struct cli *cli, const char *fmt, ...)
 /* Parse a positive integer argument; -1 on error (already reported). */
 long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 		    long min, long max);
+/* An option's extended regular expression, into @re (the one it held,
+ * when *@set, freed first); *@set says whether @re holds one. -1 on
+ * error (already reported). */
+int cli_parse_regex(const struct cli *cli, const char *opt, const char *arg,
+		    regex_t *re, bool *set);
 /* --pid PID[,PID...]: append each to *@pids (grown as needed; *@cap is
  * its size). -1 after an error message. */
 int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
@@ -181,8 +187,6 @@ enum {
 	CLI_OPT_NAME("only VMMs whose name matches (QEMU's -name, else the "   \
 		     "process name)"),                                         \
 	CLI_OPTS_SOURCE
-
-#include <regex.h>
 
 struct target_args {
 	pid_t *pids;

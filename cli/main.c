@@ -112,6 +112,18 @@ long cli_parse_long(const struct cli *cli, const char *opt, const char *arg,
 	return v;
 }
 
+int cli_parse_regex(const struct cli *cli, const char *opt, const char *arg,
+		    regex_t *re, bool *set)
+{
+	if (*set)
+		regfree(re);
+	*set = !regcomp(re, arg, REG_EXTENDED | REG_NOSUB);
+	if (*set)
+		return 0;
+	cli_err(cli, "%s: '%s' is not a valid regular expression", opt, arg);
+	return -1;
+}
+
 int cli_add_pids(const struct cli *cli, const char *arg, pid_t **pids,
 		 size_t *n, size_t *cap)
 {

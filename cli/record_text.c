@@ -335,13 +335,7 @@ int text_log_open(struct text_log *t)
 
 int text_log_fields(struct text_log *t, const char *re)
 {
-	if (t->fields_set)
-		regfree(&t->fields);
-	t->fields_set = !regcomp(&t->fields, re, REG_EXTENDED | REG_NOSUB);
-	if (t->fields_set)
-		return 0;
-	cli_err(t->cli, "--fields: '%s' is not a valid regular expression", re);
-	return -1;
+	return cli_parse_regex(t->cli, "--fields", re, &t->fields, &t->fields_set);
 }
 
 void text_log_free(struct text_log *t)

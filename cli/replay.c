@@ -650,20 +650,11 @@ static int replay_opt(struct replay *r, int c, const char *arg)
 	case 'p':
 		return cli_add_pids(r->cli, arg, &r->pids, &r->npids, &r->pids_cap) ? -1 : 1;
 	case 'g':
-	case 'f': {
-		regex_t *re = c == 'g' ? &r->name_re : &r->fields;
-		bool *set = c == 'g' ? &r->name_set : &r->fields_set;
-
-		if (*set)
-			regfree(re);
-		*set = !regcomp(re, arg, REG_EXTENDED | REG_NOSUB);
-		if (!*set) {
-			cli_err(r->cli, "%s: '%s' is not a valid regular expression",
-				c == 'g' ? "--name" : "--fields", arg);
-			return -1;
-		}
-		return 1;
-	}
+		return cli_parse_regex(r->cli, "--name", arg, &r->name_re, &r->name_set)
+			       ? -1 : 1;
+	case 'f':
+		return cli_parse_regex(r->cli, "--fields", arg, &r->fields, &r->fields_set)
+			       ? -1 : 1;
 	}
 	return 0;
 }

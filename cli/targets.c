@@ -75,14 +75,8 @@ int cli_target_opt(struct cli *cli, struct target_args *a, int c,
 	case 'p':
 		return cli_add_pids(cli, arg, &a->pids, &a->npids, &a->pids_cap) ? -1 : 1;
 	case 'g':
-		if (a->name_set)
-			regfree(&a->name_re);
-		if (regcomp(&a->name_re, arg, REG_EXTENDED | REG_NOSUB)) {
-			cli_err(cli, "--name: '%s' is not a valid regular expression", arg);
-			return -1;
-		}
-		a->name_set = true;
-		return 1;
+		return cli_parse_regex(cli, "--name", arg, &a->name_re, &a->name_set)
+			       ? -1 : 1;
 	case OPT_FILE:
 		a->files[a->nfiles++] = (char *)arg;
 		a->nfiles += cli_more_operands(cli, arg, a->files + a->nfiles);

@@ -583,14 +583,8 @@ static int top_opt(struct cli *cli, void *ctx, int c, const char *arg)
 	case 's':
 		return parse_interval(cli, arg, &o->interval);
 	case 'f':
-		if (o->fields_set)
-			regfree(&o->fields);
-		o->fields_set = !regcomp(&o->fields, arg, REG_EXTENDED | REG_NOSUB);
-		if (!o->fields_set) {
-			cli_err(cli, "--fields: '%s' is not a valid regular "
-				"expression", arg);
+		if (cli_parse_regex(cli, "--fields", arg, &o->fields, &o->fields_set))
 			return -1;
-		}
 		break;
 	case 'z':
 		o->skip_zero = true;
