@@ -267,6 +267,8 @@ void targets_close(struct target_set *t);
 
 /* ---- rendering of one stat ---------------------------------------- */
 
+/* A log or linear histogram (many values), not a scalar. */
+bool stat_is_hist(const struct kvmstats_stat *st);
 /* The raw kernel value as JSON: integer, boolean, or array. */
 struct json_object *stat_json(const struct kvmstats_stat *st,
 			      const uint64_t *v);

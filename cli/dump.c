@@ -49,13 +49,6 @@ static void drop(struct reading *rd)
 	rd->smp = NULL;
 }
 
-static bool is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
-
 static bool stat_missing(const struct reading *rd, const struct kvmstats_stat *st)
 {
 	const uint64_t *m = kvmstats_reader__missing(rd->r);
@@ -208,7 +201,7 @@ static void csv_schema(struct csv *c, const struct kvmstats_stat *st,
 	else
 		csv_empty(c);
 	csv_int(c, kvmstats_stat__exponent(st));
-	if (!is_hist(st) || kvmstats_hist__bucket_bounds(st, k, &lo, &hi)) {
+	if (!stat_is_hist(st) || kvmstats_hist__bucket_bounds(st, k, &lo, &hi)) {
 		csv_empty(c);
 		csv_empty(c);
 		return;
@@ -331,7 +324,7 @@ static void table_single(const char *title, const struct reading *rd)
 		return;
 	}
 	kvmstats_schema__for_each(st, kvmstats_reader__schema(rd->r)) {
-		if (is_hist(st) && !stat_missing(rd, st)) {
+		if (stat_is_hist(st) && !stat_missing(rd, st)) {
 			hist_line("", rd, st);
 			continue;
 		}
@@ -360,7 +353,7 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 		}
 		putchar('\n');
 		kvmstats_schema__for_each(st, s) {
-			if (is_hist(st))
+			if (stat_is_hist(st))
 				continue;
 			printf("  %-28s", safe_str(kvmstats_stat__name(st)));
 			for (size_t i = base; i < end; i++) {
@@ -375,7 +368,7 @@ static void table_vcpus(struct reading *rd, const int *index, size_t n)
 		}
 	}
 	kvmstats_schema__for_each(st, s) {
-		if (!is_hist(st))
+		if (!stat_is_hist(st))
 			continue;
 		for (size_t i = 0; i < n; i++) {
 			if (rd[i].err || kvmstats_reader__schema(rd[i].r) != s)

@@ -34,13 +34,6 @@ struct text_colmap {
 	const struct kvmstats_stat **st;
 };
 
-static bool is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
-
 static struct text_col *find_col(struct text_log *t, const char *name)
 {
 	for (size_t i = 0; i < t->ncols; i++)
@@ -57,7 +50,7 @@ static int add_schema_cols(struct text_log *t, const struct kvmstats_schema *s)
 		const char *name = kvmstats_stat__name(st);
 		void *p;
 
-		if (is_hist(st) || find_col(t, name))
+		if (stat_is_hist(st) || find_col(t, name))
 			continue;
 		if (t->fields_set && regexec(&t->fields, name, 0, NULL, 0))
 			continue;
@@ -93,7 +86,7 @@ static const struct kvmstats_stat **colmap(struct text_log *t,
 		return NULL;
 	for (size_t c = 0; c < t->ncols; c++) {
 		st[c] = kvmstats_schema__find(s, t->cols[c].name);
-		if (st[c] && is_hist(st[c]))
+		if (st[c] && stat_is_hist(st[c]))
 			st[c] = NULL;
 	}
 	t->maps[t->nmaps++] = (struct text_colmap){ s, st };

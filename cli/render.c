@@ -9,7 +9,7 @@
 #include "cli.h"
 #include "sanitize.h"
 
-static bool is_hist(const struct kvmstats_stat *st)
+bool stat_is_hist(const struct kvmstats_stat *st)
 {
 	unsigned int t = kvmstats_stat__type(st);
 
@@ -22,7 +22,7 @@ struct json_object *stat_json(const struct kvmstats_stat *st,
 	uint32_t n = kvmstats_stat__size(st);
 	struct json_object *a;
 
-	if (n == 1 && !is_hist(st)) {
+	if (n == 1 && !stat_is_hist(st)) {
 		if (kvmstats_stat__unit(st) == KVMSTATS_UNIT_BOOLEAN)
 			return json_object_new_boolean(v[0] != 0);
 		return json_object_new_uint64(v[0]);
@@ -104,7 +104,7 @@ static struct json_object *stat_json_verbose(const struct kvmstats_stat *st,
 	json_object_object_add(o, "base", b ? json_object_new_int(b) : NULL);
 	exp = json_object_new_int(kvmstats_stat__exponent(st));
 	json_object_object_add(o, "exponent", exp);
-	if (!is_hist(st))
+	if (!stat_is_hist(st))
 		return o;
 	if (kvmstats_stat__type(st) == KVMSTATS_TYPE_LINEAR_HIST)
 		json_object_object_add(o, "bucket_size", json_object_new_uint64(
@@ -234,7 +234,7 @@ void stat_human(const struct kvmstats_stat *st, const uint64_t *v, char *buf,
 		snprintf(buf, len, "%llu (raw)", (unsigned long long)v[0]);
 		return;
 	}
-	if (is_hist(st)) {
+	if (stat_is_hist(st)) {
 		quantile_str(st, v, 0.5, p50, sizeof(p50));
 		quantile_str(st, v, 0.99, p99, sizeof(p99));
 		snprintf(buf, len, "n=%llu p50=%s p99=%s",

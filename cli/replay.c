@@ -225,13 +225,6 @@ static void forget_all(struct replay *r)
 		r->prevs[i].valid = false;
 }
 
-static bool is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
-
 static bool is_missing(const struct kvmstats_log_entry *e, const struct kvmstats_stat *st)
 {
 	uint32_t i = kvmstats_stat__index(st);
@@ -449,7 +442,7 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 		uint64_t raw;
 		double v;
 
-		if (is_hist(st) || is_missing(e, st))
+		if (stat_is_hist(st) || is_missing(e, st))
 			continue;
 		c = column(r, kvmstats_stat__name(st));
 		if (!c)

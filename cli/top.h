@@ -90,7 +90,6 @@ struct top_vm *model_find(const struct top_model *m, uint64_t uid, int vm);
 
 /* ---- delta: what renderers show (top_model.c) ---------------------- */
 
-bool stat_is_hist(const struct kvmstats_stat *st);
 /* Per second over the last interval; NAN when unknown (one reading, a
  * counter that went back, or not a cumulative stat). */
 double series_rate(const struct top_series *s, const struct kvmstats_stat *st);

@@ -406,13 +406,6 @@ void model_reset(struct top_model *m)
 
 /* ---- delta ---------------------------------------------------------- */
 
-bool stat_is_hist(const struct kvmstats_stat *st)
-{
-	unsigned int t = kvmstats_stat__type(st);
-
-	return t == KVMSTATS_TYPE_LOG_HIST || t == KVMSTATS_TYPE_LINEAR_HIST;
-}
-
 double series_interval_s(const struct top_series *s)
 {
 	if (s->n < 2 || s->t_cur <= s->t_prev)
