@@ -296,6 +296,10 @@ complete_words() {
 	bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
 		_kvmstats; printf "%s\n" "${COMPREPLY[@]}"' _ "$COMP" "$@"
 }
+check "the completion offers the commands" \
+	test "$(complete_words kvmstats re | tr '\n' ' ')" = "record replay "
+check "the completion offers sources after --source" \
+	test "$(complete_words kvmstats record --source a | tr '\n' ' ')" = "auto attach "
 check "the completion offers no --file to commands that refuse it" \
 	test -z "$(for c in top list record serve plan; do
 		complete_words kvmstats "$c" --fi | grep -x -- --file; done)"

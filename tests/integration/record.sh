@@ -128,9 +128,12 @@ check "every sample is whole: 2 VMs, 2 vCPUs each, stats filled" jq -s -e \
 	'all(.[]; (.vms | length) == 2 and all(.vms[]; (.vcpus | length) == 2 and
 	 (.stats | length) > 5 and all(.vcpus[]; (.stats | length) > 20)))' "$TMP/kill.json"
 
+# 50 cuts; 20 under emulation, where each replay of the ASan CLI takes
+# over a second (the log parser is fuzzed as well: fuzz/).
 size=$(stat -c %s "$TMP/kill.log")
-bad=0 torn=0
-for i in $(seq 50); do
+bad=0 torn=0 cuts=50
+[ "$SLOW" -gt 1 ] && cuts=20
+for _ in $(seq "$cuts"); do
 	cut=$((32 + (RANDOM * 32768 + RANDOM) % (size - 32)))
 	[ "$cut" -ge "$size" ] && cut=$((size - 1))
 	head -c "$cut" "$TMP/kill.log" >"$TMP/cut.log"
@@ -144,9 +147,9 @@ for i in $(seq 50); do
 	fi
 	grep -q "torn record at offset" "$TMP/cut.err" && torn=$((torn + 1))
 done
-check "50 random truncations: never a crash, only whole samples, in order" test $bad = 0
+check "$cuts random truncations: never a crash, only whole samples, in order" test $bad = 0
 # A cut that falls exactly between two records is a clean end: rare.
-check "the torn tail is reported ($torn of 50 cuts)" test $torn -ge 40
+check "the torn tail is reported ($torn of $cuts cuts)" test $torn -ge $((cuts * 4 / 5))
 head -c $((size - 3)) "$TMP/kill.log" >"$TMP/cut.log"
 "$KVMSTATS" replay --json "$TMP/cut.log" >"$TMP/cut.json" 2>"$TMP/cut.err"
 check "a torn last record: exit 0, every sample before it" test $? = 0 -a \
@@ -322,28 +325,3 @@ check "a second recorder on the same log is refused" test $? = 1 -a \
 	"$(grep -c 'another recorder' "$TMP/lock.err")" = 1
 kill -TERM $rec
 wait $rec
-
-# ---- bash completion knows every option of every command ----------------
-comp=$ROOT/dist/kvmstats.bash-completion
-# complete WORDS...: what completion offers for the last word.
-complete_words() {
-	bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
-		_kvmstats; printf "%s\n" "${COMPREPLY[@]}"' _ "$comp" "$@"
-}
-missing=""
-for cmd in top list dump record replay serve plan check demo; do
-	# Every option the command's --help lists (its option table).
-	opts=$("$KVMSTATS" "$cmd" --help --json | jq -r '.options[].names[]' |
-		sed -n 's/^--//p')
-	offered=$(complete_words kvmstats "$cmd" --)
-	for o in $opts; do
-		grep -qx -- "--$o" <<<"$offered" || missing="$missing $cmd:--$o"
-	done
-	[ -n "$opts" ] || missing="$missing $cmd:(no options found)"
-done
-check "bash completion offers every option of every command${missing:+ (missing:$missing)}" \
-	test -z "$missing"
-check "bash completion offers the commands" test \
-	"$(complete_words kvmstats re | tr '\n' ' ')" = "record replay "
-check "bash completion offers sources after --source" test \
-	"$(complete_words kvmstats record --source a | tr '\n' ' ')" = "auto attach "

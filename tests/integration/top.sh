@@ -15,24 +15,15 @@ trap 'cleanup_tmux; cleanup' EXIT
 
 # screen: the pane as text.
 screen() { TM capture-pane -p -t top; }
+screen_has() { screen | grep -Eq -- "$1"; }
+screen_lacks() { ! screen_has "$1"; }
+line_has() { screen | sed -n "$1p" | grep -Eq -- "$2"; }
 # wait_screen REGEX [SECONDS]: until the pane shows REGEX.
-wait_screen() {
-	local i
-	for i in $(seq $(($(slow "${2:-10}") * 10))); do
-		screen | grep -Eq -- "$1" && return 0
-		sleep 0.1
-	done
-	return 1
-}
+wait_screen() { wait_until $(($(slow "${2:-10}") * 10)) screen_has "$1"; }
 # wait_gone REGEX [SECONDS]: until the pane no longer shows REGEX.
-wait_gone() {
-	local i
-	for i in $(seq $(($(slow "${2:-10}") * 10))); do
-		screen | grep -Eq -- "$1" || return 0
-		sleep 0.1
-	done
-	return 1
-}
+wait_gone() { wait_until $(($(slow "${2:-10}") * 10)) screen_lacks "$1"; }
+# wait_screen_line N REGEX [SECONDS]: until the pane's line N shows REGEX.
+wait_screen_line() { wait_until $(($(slow "${3:-10}") * 10)) line_has "$1" "$2"; }
 # exits_col PID: the EXITS/s cells of PID's rows in the VM list.
 exits_col() { screen | awk -v p="$1" '$1 == p { print $5 }' | tr '\n' ' '; }
 
@@ -235,13 +226,14 @@ check "h: help" wait_screen "kvm_stat's reset" 5
 TM send-keys -t top x
 wait_screen "^VMs sorted by" 5
 
-# Resizes: bigger, then smaller than 80x24.
+# Resizes: bigger, then smaller than 80x24, each waited for until the
+# hints are on the new last line (the redraw), not for a fixed time.
 TM resize-window -t top -x 120 -y 40
-sleep "$(slow_s 1.2)"
+wait_screen_line 40 q:quit 2
 check "resized to 120x40: more columns, hints on the last line" test -n \
 	"$(screen | grep 'MMIO/s')" -a -n "$(screen | sed -n 40p | grep 'q:quit')"
 TM resize-window -t top -x 60 -y 16
-sleep "$(slow_s 1.2)"
+wait_screen_line 16 q:quit 2
 W=$(screen | awk '{ if (length($0) > m) m = length($0) } END { print m }')
 check "resized to 60x16: still drawn, nothing wider ($W)" test -n \
 	"$(screen | sed -n 16p | grep 'q:quit')" -a "$W" -le 60
