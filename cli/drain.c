@@ -19,19 +19,10 @@
 #include "plan_args.h"
 
 enum {
-	OPT_LINK = OPT_CMD_BASE,
+	OPT_LINK = OPT_PLAN_CMD_BASE,
 	OPT_PARALLEL_MIGRATIONS,
 	OPT_ORDER,
 	OPT_ABORT_AFTER,
-	OPT_METHOD,
-	OPT_INTERVAL,
-	OPT_BANDWIDTH,
-	OPT_DOWNTIME,
-	OPT_SEED,
-	OPT_PARALLEL,
-	OPT_COMPRESSED,
-	OPT_AUTO_CONVERGE,
-	OPT_POSTCOPY,
 };
 
 /* 0, or -1 on a bad value (reported). */
@@ -41,8 +32,16 @@ static int drain_opt(struct cli *cli, void *ctx, int c, const char *arg)
 	int used = cli_target_opt(cli, &a->t, c, arg);
 	long v;
 
+	if (!used)
+		used = plan_common_opt(cli, &a->pc, c, arg);
+	if (used < 0)
+		return -1;
+	if (c == OPT_PLAN_METHOD && (a->pc.methods & (1u << KVMSTATS_METHOD_STATS))) {
+		cli_err(cli, "--method: stats is not one of drain's (pagemap, sample, scan)");
+		return -1;
+	}
 	if (used)
-		return used < 0 ? -1 : 0;
+		return 0;
 	switch (c) {
 	case OPT_LINK:
 		return plan_parse_rate(cli, "--link", arg, &a->link) ? 0 : -1;
@@ -60,33 +59,6 @@ static int drain_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return -1;
 	case OPT_ABORT_AFTER:
 		return plan_parse_double(cli, "--abort-after", arg, 0, &a->abort) ? 0 : -1;
-	case OPT_METHOD:
-		if (!plan_parse_methods(cli, arg, &a->methods))
-			return -1;
-		if (!(a->methods & (1u << KVMSTATS_METHOD_STATS)))
-			return 0;
-		cli_err(cli, "--method: stats is not one of drain's (pagemap, sample, scan)");
-		return -1;
-	case OPT_INTERVAL:
-		return plan_parse_double(cli, "--interval", arg, 0, &a->interval) ? 0 : -1;
-	case OPT_BANDWIDTH:
-		return plan_parse_rate(cli, "--bandwidth", arg, &a->bandwidth) ? 0 : -1;
-	case OPT_DOWNTIME:
-		return plan_parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 0 : -1;
-	case OPT_SEED:
-		v = cli_parse_long(cli, "--seed", arg, 1, 0x7fffffffL);
-		if (v < 0)
-			return -1;
-		a->seed = (uint64_t)v;
-		return 0;
-	case OPT_PARALLEL:
-		return plan_parse_migration(cli, "--parallel", arg, &a->mig) ? 0 : -1;
-	case OPT_COMPRESSED:
-		return plan_parse_migration(cli, "--compressed", arg, &a->mig) ? 0 : -1;
-	case OPT_AUTO_CONVERGE:
-		return plan_parse_migration(cli, "--auto-converge", arg, &a->mig) ? 0 : -1;
-	case OPT_POSTCOPY:
-		return plan_parse_migration(cli, "--postcopy", arg, &a->mig) ? 0 : -1;
 	}
 	return 0;
 }
@@ -111,13 +83,11 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v,
 		.timeout_ms = a->t.timeout_ms,
 	};
 	struct kvmstats_plan_opts po = {
-		.sz = sizeof(po), .methods = a->methods,
-		.flags = a->interval == 0 ? KVMSTATS_PLAN_ASSUME_CLEAN : 0,
-		.interval_s = a->interval, .bandwidth = a->bandwidth,
-		.downtime_ms = a->downtime_ms, .ram = &ro, .seed = a->seed,
-		.libvirt_uri = a->t.libvirt_uri, .libvirt_guard = guard,
+		.sz = sizeof(po), .ram = &ro, .libvirt_uri = a->t.libvirt_uri,
+		.libvirt_guard = guard,
 	};
 
+	plan_common_fill(&a->pc, &po);
 	kvmstats_proc__name(v->pid, v->name, sizeof(v->name));
 	v->p = kvmstats_plan__new(v->pid, &po, v->error, sizeof(v->error));
 	if (!v->p && !v->error[0])
@@ -125,33 +95,21 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v,
 			 strerror(errno));
 	if (!v->p)
 		return;
-	kvmstats_plan__set_overrides(v->p, &a->mig);
+	kvmstats_plan__set_overrides(v->p, &a->pc.mig);
 	v->res = kvmstats_plan__result(v->p);
 }
 
-/* Zero pages, then the dirty rate of every VM over the same interval
- * (points at interval/8, /4, /2 and the full interval), then the model. */
-static void plan_all(const struct drain_args *a, struct drain_vm *vms, size_t n)
+/* Zero pages, then every VM measured as `plan` measures it; @plans
+ * has room for @n. */
+static void plan_all(const struct drain_args *a, struct drain_vm *vms,
+		     struct kvmstats_plan **plans, size_t n)
 {
-	const unsigned int points = 4;
-	double t0;
-
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		plans[i] = vms[i].p;
 		if (vms[i].p)
 			kvmstats_plan__estimate(vms[i].p);
-	for (size_t i = 0; a->interval > 0 && i < n; i++)
-		if (vms[i].p && !vms[i].res->error)
-			kvmstats_plan__dirty_begin(vms[i].p);
-	t0 = plan_now_s();
-	for (unsigned int k = 0; a->interval > 0 && k < points; k++) {
-		plan_sleep_until(t0 + a->interval / (double)(1u << (points - 1 - k)));
-		for (size_t i = 0; i < n; i++)
-			if (vms[i].p && !vms[i].res->error)
-				kvmstats_plan__dirty_point(vms[i].p);
 	}
-	for (size_t i = 0; i < n; i++)
-		if (vms[i].p)
-			kvmstats_plan__predict(vms[i].p);
+	plan_measure(plans, n, a->pc.interval);
 }
 
 /* ---- the drain's input ---- */
@@ -198,10 +156,10 @@ int drain_input_of(struct kvmstats_plan *p, const char *name,
  * The plan is re-predicted with it, then put back as it was. */
 static void try_auto_converge(const struct drain_args *a, struct drain_vm *v, double bw)
 {
-	struct kvmstats_migrate_overrides o = a->mig;
+	struct kvmstats_migrate_overrides o = a->pc.mig;
 	const struct kvmstats_migrate_detail *d;
 
-	if (a->mig.auto_converge == 1)
+	if (a->pc.mig.auto_converge == 1)
 		return;
 	o.auto_converge = 1;
 	o.bandwidth = bw;
@@ -214,7 +172,7 @@ static void try_auto_converge(const struct drain_args *a, struct drain_vm *v, do
 	v->ac_throttle = d->max_throttle;
 	v->ac_throttled_s = d->throttled_s;
 out:
-	kvmstats_plan__set_overrides(v->p, &a->mig);
+	kvmstats_plan__set_overrides(v->p, &a->pc.mig);
 	kvmstats_plan__predict(v->p);
 }
 
@@ -264,23 +222,23 @@ static const struct cli_opt drain_opts[] = {
 	  "plan (the shortest drain), largest-first or smallest-first" },
 	{ "abort-after", OPT_ABORT_AFTER, 0, "S_PER_GIB", "150",
 	  "a migration not done after this many seconds per GiB is aborted; 0: never" },
-	{ "method", OPT_METHOD, 0, "M[,M...]", "scan",
+	{ "method", OPT_PLAN_METHOD, 0, "M[,M...]", "scan",
 	  "how zero pages are estimated: pagemap, sample, scan" },
-	{ "interval", OPT_INTERVAL, 0, "SECONDS", "1",
+	{ "interval", OPT_PLAN_INTERVAL, 0, "SECONDS", "1",
 	  "the dirty rate is measured over this long; 0: clean guests" },
-	{ "bandwidth", OPT_BANDWIDTH, 0, "BYTES/S", "QEMU's, else 128M",
+	{ "bandwidth", OPT_PLAN_BANDWIDTH, 0, "BYTES/S", "QEMU's, else 128M",
 	  "each migration's own bandwidth limit (suffix K, M or G)" },
-	{ "downtime", OPT_DOWNTIME, 0, "MS", "QEMU's, else 300",
+	{ "downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of each migration" },
-	{ "seed", OPT_SEED, 0, "N", "from the clock",
+	{ "seed", OPT_PLAN_SEED, 0, "N", "from the clock",
 	  "seed of the random samples, for reproducible output" },
-	{ "parallel", OPT_PARALLEL, 0, "N", "QEMU's",
+	{ "parallel", OPT_PLAN_PARALLEL, 0, "N", "QEMU's",
 	  "the migrations will use multifd with N channels (virsh --parallel)" },
-	{ "compressed", OPT_COMPRESSED, 0, "zlib|zstd", "QEMU's",
+	{ "compressed", OPT_PLAN_COMPRESSED, 0, "zlib|zstd", "QEMU's",
 	  "multifd will compress with this (virsh --compressed)" },
-	{ "auto-converge", OPT_AUTO_CONVERGE, 0, NULL, NULL,
+	{ "auto-converge", OPT_PLAN_AUTO_CONVERGE, 0, NULL, NULL,
 	  "the migrations will auto-converge" },
-	{ "postcopy", OPT_POSTCOPY, 0, NULL, NULL,
+	{ "postcopy", OPT_PLAN_POSTCOPY, 0, NULL, NULL,
 	  "the migrations may switch to post-copy (not modelled: said so)" },
 	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
 	  "each migration's bandwidth shares over time" },
@@ -309,12 +267,11 @@ static const struct cli_spec drain_spec = {
 
 int cmd_drain(struct cli *cli, int argc, char **argv)
 {
-	struct drain_args a = { .interval = 1, .methods = 1u << KVMSTATS_METHOD_SCAN,
-		.parallel = 2, .order = KVMSTATS_DRAIN_ORDER_PLAN, .abort = 150,
-		.mig = { .sz = sizeof(a.mig), .compress = -1, .auto_converge = -1,
-			 .postcopy = -1 } };
+	struct drain_args a = { .pc = PLAN_COMMON_INIT(a.pc), .parallel = 2,
+		.order = KVMSTATS_DRAIN_ORDER_PLAN, .abort = 150 };
 	struct kvmstats_drain *d = NULL;
 	struct drain_vm *vms = NULL;
+	struct kvmstats_plan **plans = NULL;
 	struct kvmstats_libvirt_guard *guard;
 	pid_t *pids = NULL;
 	size_t nin = 0;
@@ -330,7 +287,8 @@ int cmd_drain(struct cli *cli, int argc, char **argv)
 	if (n < 0)
 		goto out;
 	vms = calloc((size_t)n + 1, sizeof(*vms));
-	if (!vms)
+	plans = calloc((size_t)n + 1, sizeof(*plans));
+	if (!vms || !plans)
 		goto out;
 	/* A hung libvirtd costs the drain one timeout, not one per VM. */
 	guard = kvmstats_libvirt_guard__new();
@@ -340,7 +298,7 @@ int cmd_drain(struct cli *cli, int argc, char **argv)
 		open_vm(&a, &vms[i], guard);
 	}
 	kvmstats_libvirt_guard__free(guard);
-	plan_all(&a, vms, (size_t)n);
+	plan_all(&a, vms, plans, (size_t)n);
 	for (int i = 0; i < n; i++) {
 		failed += !vms[i].p || vms[i].res->error;
 		if (!vms[i].p)
@@ -362,6 +320,7 @@ out:
 	for (int i = 0; vms && i < n; i++)
 		kvmstats_plan__free(vms[i].p);
 	free(vms);
+	free(plans);
 	free(pids);
 	target_args_free(&a.t);
 	return ret;

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "kvmstats_drain.h"
+#include "plan_args.h"
 
 struct drain_args {
 	struct target_args t;
@@ -13,12 +14,7 @@ struct drain_args {
 	uint32_t parallel;
 	int order;		/* enum kvmstats_drain_order */
 	double abort;		/* s per GiB; 0: never */
-	unsigned int methods;
-	double interval;
-	double bandwidth;
-	double downtime_ms;
-	uint64_t seed;
-	struct kvmstats_migrate_overrides mig;
+	struct plan_common pc;
 };
 
 /* One VM: its plan, or why there is none. */

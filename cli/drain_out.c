@@ -293,10 +293,10 @@ static void print_text(struct cli *cli, const struct drain_args *a,
 			print_shares(kvmstats_drain__slot(d, i));
 	}
 	bottom_line(d, vms, n);
-	if (a->mig.compress > 0 || a->mig.postcopy == 1)
+	if (a->pc.mig.compress > 0 || a->pc.mig.postcopy == 1)
 		printf("\nthe shares carry the pages uncompressed and pre-copy only: "
 		       "compression and post-copy are not modelled in a drain\n");
-	if (a->interval == 0)
+	if (a->pc.interval == 0)
 		printf("\n--interval 0: no dirty rate measured; the model assumed clean guests\n");
 }
 

@@ -29,19 +29,10 @@
 #include "kvmstats_mem.h"
 
 enum {
-	OPT_METHOD = OPT_CMD_BASE,
-	OPT_INTERVAL,
-	OPT_BANDWIDTH,
-	OPT_DOWNTIME,
-	OPT_MAX_CPU,
+	OPT_MAX_CPU = OPT_PLAN_CMD_BASE,
 	OPT_RATE,
 	OPT_REGION,
 	OPT_PAGEMAP,
-	OPT_SEED,
-	OPT_PARALLEL,
-	OPT_COMPRESSED,
-	OPT_AUTO_CONVERGE,
-	OPT_POSTCOPY,
 };
 
 #include "plan.h"
@@ -95,23 +86,14 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 {
 	struct plan_args *a = ctx;
 	int used = cli_target_opt(cli, &a->t, c, arg);
-	long v;
 
+	if (!used)
+		used = plan_common_opt(cli, &a->pc, c, arg);
 	if (used)
 		return used < 0 ? -1 : 0;
 	switch (c) {
-	case OPT_METHOD:
-		return plan_parse_methods(cli, arg, &a->methods) ? 0 : -1;
-	case OPT_INTERVAL:
-		return plan_parse_double(cli, "--interval", arg, 0, &a->interval) ? 0 : -1;
-	case OPT_BANDWIDTH:
-		return plan_parse_rate(cli, "--bandwidth", arg, &a->bandwidth) ? 0 : -1;
-	case OPT_DOWNTIME:
-		return plan_parse_double(cli, "--downtime", arg, 1, &a->downtime_ms) ? 0 : -1;
 	case OPT_MAX_CPU:
-		if (!plan_parse_double(cli, "--max-cpu", arg, 0.01, &a->max_cpu))
-			return -1;
-		return 0;
+		return plan_parse_double(cli, "--max-cpu", arg, 0.01, &a->max_cpu) ? 0 : -1;
 	case OPT_RATE:
 		if (!plan_parse_double(cli, "--rate", arg, 0.001, &a->rate))
 			return -1;
@@ -121,20 +103,6 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return parse_region(cli, a, arg) ? 0 : -1;
 	case OPT_PAGEMAP:
 		return parse_pagemap(cli, arg, &a->pagemap) ? 0 : -1;
-	case OPT_PARALLEL:
-		return plan_parse_migration(cli, "--parallel", arg, &a->mig) ? 0 : -1;
-	case OPT_COMPRESSED:
-		return plan_parse_migration(cli, "--compressed", arg, &a->mig) ? 0 : -1;
-	case OPT_AUTO_CONVERGE:
-		return plan_parse_migration(cli, "--auto-converge", arg, &a->mig) ? 0 : -1;
-	case OPT_POSTCOPY:
-		return plan_parse_migration(cli, "--postcopy", arg, &a->mig) ? 0 : -1;
-	case OPT_SEED:
-		v = cli_parse_long(cli, "--seed", arg, 1, LONG_MAX);
-		if (v < 0)
-			return -1;
-		a->seed = (uint64_t)v;
-		return 0;
 	}
 	return 0;
 }
@@ -164,21 +132,19 @@ static void open_row(const struct plan_args *a, struct vm_row *row,
 		.timeout_ms = a->t.timeout_ms,
 	};
 	struct kvmstats_plan_opts po = {
-		.sz = sizeof(po), .methods = a->methods,
-		.flags = a->interval == 0 ? KVMSTATS_PLAN_ASSUME_CLEAN : 0,
-		.interval_s = a->interval, .bandwidth = a->bandwidth,
-		.downtime_ms = a->downtime_ms, .pagemap_mode = a->pagemap,
-		.ram = &ro, .scan = &so, .seed = a->seed,
-		.libvirt_uri = a->t.libvirt_uri, .libvirt_guard = guard,
+		.sz = sizeof(po), .pagemap_mode = a->pagemap, .ram = &ro,
+		.scan = &so, .libvirt_uri = a->t.libvirt_uri,
+		.libvirt_guard = guard,
 	};
 
+	plan_common_fill(&a->pc, &po);
 	kvmstats_proc__name(row->pid, row->name, sizeof(row->name));
 	row->p = kvmstats_plan__new(row->pid, &po, row->error, sizeof(row->error));
 	if (!row->p && !row->error[0])
 		snprintf(row->error, sizeof(row->error), "pid %d: %s", (int)row->pid,
 			 strerror(errno));
 	if (row->p) {
-		kvmstats_plan__set_overrides(row->p, &a->mig);
+		kvmstats_plan__set_overrides(row->p, &a->pc.mig);
 		row->res = kvmstats_plan__result(row->p);
 	}
 }
@@ -245,12 +211,10 @@ static int show_progress(void *arg, uint64_t done, uint64_t total)
 
 /* ---- the steps, over every VM ---- */
 
-static void estimate_all(struct cli *cli, const struct plan_args *a,
-			 struct vm_row *rows, size_t n)
+static void estimate_all(struct cli *cli, struct vm_row *rows, size_t n)
 {
 	bool tty = isatty(STDERR_FILENO) && cli->verbose >= 0;
 
-	(void)a;
 	for (size_t i = 0; i < n; i++) {
 		struct progress pr = { rows[i].pid, 0 };
 
@@ -265,63 +229,6 @@ static void estimate_all(struct cli *cli, const struct plan_args *a,
 		if (tty)
 			fprintf(stderr, "\r\033[K");
 		kvmstats_plan__set_progress(rows[i].p, NULL, NULL);
-	}
-}
-
-/* Dirty rate of every VM over the same interval: baselines, then points
- * at interval/8, /4, /2 and the full interval. */
-static void dirty_all(const struct plan_args *a, struct vm_row *rows, size_t n)
-{
-	const unsigned int points = 4;
-	double interval = a->interval > 0 ? a->interval : 1, t0;
-
-	if (a->interval == 0)
-		return;
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].p && !rows[i].res->error)
-			kvmstats_plan__dirty_begin(rows[i].p);
-	t0 = plan_now_s();
-	for (unsigned int k = 0; k < points; k++) {
-		plan_sleep_until(t0 + interval / (double)(1u << (points - 1 - k)));
-		for (size_t i = 0; i < n; i++)
-			if (rows[i].p && !rows[i].res->error)
-				kvmstats_plan__dirty_point(rows[i].p);
-	}
-}
-
-/* Where a VM's verdict depends on the sample (its low and high dirty
- * curves disagree), measure on: one more interval on the same curve, at
- * most PLAN_EXTRA times, every such VM in the same interval. */
-#define PLAN_EXTRA 2
-
-static bool uncertain(const struct vm_row *row)
-{
-	return row->p && !row->res->error && row->res->predicted &&
-	       row->res->dirty_measured &&
-	       row->res->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN;
-}
-
-static void predict_all(const struct plan_args *a, struct vm_row *rows, size_t n)
-{
-	double interval = a->interval > 0 ? a->interval : 1, t0 = plan_now_s();
-
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].p)
-			kvmstats_plan__predict(rows[i].p);
-	for (unsigned int k = 1; a->interval != 0 && k <= PLAN_EXTRA; k++) {
-		size_t more = 0;
-
-		for (size_t i = 0; i < n; i++)
-			more += uncertain(&rows[i]);
-		if (!more)
-			return;
-		plan_sleep_until(t0 + interval * k);
-		for (size_t i = 0; i < n; i++) {
-			if (!uncertain(&rows[i]))
-				continue;
-			kvmstats_plan__dirty_extend(rows[i].p);
-			kvmstats_plan__predict(rows[i].p);
-		}
 	}
 }
 
@@ -345,13 +252,13 @@ static int plan_check(struct cli *cli, void *ctx)
 }
 
 static const struct cli_opt plan_opts[] = {
-	{ "method", OPT_METHOD, 0, "M[,M...]", "scan",
+	{ "method", OPT_PLAN_METHOD, 0, "M[,M...]", "scan",
 	  "how zero pages are estimated: stats, pagemap, sample, scan, all" },
-	{ "interval", OPT_INTERVAL, 0, "SECONDS", "1",
+	{ "interval", OPT_PLAN_INTERVAL, 0, "SECONDS", "1",
 	  "the dirty rate is measured over this long; 0: clean guests" },
-	{ "bandwidth", OPT_BANDWIDTH, 0, "BYTES/S", "QEMU's, else 128M",
+	{ "bandwidth", OPT_PLAN_BANDWIDTH, 0, "BYTES/S", "QEMU's, else 128M",
 	  "migration bandwidth (suffix K, M or G)" },
-	{ "downtime", OPT_DOWNTIME, 0, "MS", "QEMU's, else 300",
+	{ "downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of the model" },
 	{ "max-cpu", OPT_MAX_CPU, 0, "N", "1",
 	  "CPU budget of a scan, in cores (0.5: half a core)" },
@@ -361,15 +268,15 @@ static const struct cli_opt plan_opts[] = {
 	  "guest RAM is these ranges of the VMM (repeatable)" },
 	{ "pagemap", OPT_PAGEMAP, 0, "MODE", "auto",
 	  "classify with PAGEMAP_SCAN (scan), pagemap entries (read), or auto" },
-	{ "seed", OPT_SEED, 0, "N", "from the clock",
+	{ "seed", OPT_PLAN_SEED, 0, "N", "from the clock",
 	  "seed of the random samples, for reproducible output" },
-	{ "parallel", OPT_PARALLEL, 0, "N", "QEMU's",
+	{ "parallel", OPT_PLAN_PARALLEL, 0, "N", "QEMU's",
 	  "the migration will use multifd with N channels (virsh --parallel)" },
-	{ "compressed", OPT_COMPRESSED, 0, "zlib|zstd", "QEMU's",
+	{ "compressed", OPT_PLAN_COMPRESSED, 0, "zlib|zstd", "QEMU's",
 	  "multifd will compress with this (virsh --compressed)" },
-	{ "auto-converge", OPT_AUTO_CONVERGE, 0, NULL, NULL,
+	{ "auto-converge", OPT_PLAN_AUTO_CONVERGE, 0, NULL, NULL,
 	  "the migration will auto-converge (its CPU throttle is modelled)" },
-	{ "postcopy", OPT_POSTCOPY, 0, NULL, NULL,
+	{ "postcopy", OPT_PLAN_POSTCOPY, 0, NULL, NULL,
 	  "the migration will switch to post-copy after the first pass" },
 	{ "verbose", 'v', CLI_OPT_SHORT, NULL, NULL,
 	  "every method's estimate and the RAM regions of each VM" },
@@ -392,11 +299,10 @@ static const struct cli_spec plan_spec = {
 
 int cmd_plan(struct cli *cli, int argc, char **argv)
 {
-	struct plan_args a = { .interval = 1, .methods = 1u << KVMSTATS_METHOD_SCAN,
-		.mig = { .sz = sizeof(a.mig), .compress = -1, .auto_converge = -1,
-			 .postcopy = -1 } };
+	struct plan_args a = { .pc = PLAN_COMMON_INIT(a.pc) };
 	struct kvmstats_range *ranges = NULL;
 	struct vm_row *rows = NULL;
+	struct kvmstats_plan **plans = NULL;
 	struct kvmstats_libvirt_guard *guard;
 	pid_t *pids = NULL;
 	int n = 0, ret, failed = 0;
@@ -414,7 +320,8 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 	if (n < 0)
 		goto out;
 	rows = calloc((size_t)n + 1, sizeof(*rows));
-	if (!rows)
+	plans = calloc((size_t)n + 1, sizeof(*plans));
+	if (!rows || !plans)
 		goto out;
 	/* A hung libvirtd costs the plan one timeout, not one per VM. */
 	guard = kvmstats_libvirt_guard__new();
@@ -423,11 +330,12 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 		open_row(&a, &rows[i], ranges, guard);
 	}
 	kvmstats_libvirt_guard__free(guard);
-	if (a.methods & (1u << KVMSTATS_METHOD_STATS))
+	if (a.pc.methods & (1u << KVMSTATS_METHOD_STATS))
 		read_stats(cli, &a, rows, (size_t)n);
-	estimate_all(cli, &a, rows, (size_t)n);
-	dirty_all(&a, rows, (size_t)n);
-	predict_all(&a, rows, (size_t)n);
+	estimate_all(cli, rows, (size_t)n);
+	for (int i = 0; i < n; i++)
+		plans[i] = rows[i].p;
+	plan_measure(plans, (size_t)n, a.pc.interval);
 	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
 	for (int i = 0; i < n; i++) {
 		failed += !rows[i].p || rows[i].res->error;
@@ -445,6 +353,7 @@ out:
 	for (int i = 0; rows && i < n; i++)
 		kvmstats_plan__free(rows[i].p);
 	free(rows);
+	free(plans);
 	free(pids);
 	free(ranges);
 	free(a.regions);

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "kvmstats_mem.h"
+#include "plan_args.h"
 
 struct region_arg {
 	pid_t pid;		/* 0: every VM */
@@ -14,17 +15,12 @@ struct region_arg {
 
 struct plan_args {
 	struct target_args t;
-	unsigned int methods;
-	double interval;
-	double bandwidth;
-	double downtime_ms;
+	struct plan_common pc;
 	double max_cpu;
 	double rate;		/* bytes/s */
 	enum kvmstats_pagemap_mode pagemap;
-	uint64_t seed;
 	struct region_arg *regions;
 	size_t nregions;
-	struct kvmstats_migrate_overrides mig;	/* --parallel ... */
 };
 
 /* One VM: its plan, or why there is none. */

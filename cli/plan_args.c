@@ -4,6 +4,7 @@
  * their options, the estimation methods, the VMs asked for.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,10 @@ int plan_select_pids(struct cli *cli, const struct target_args *t, pid_t **out)
 	return n;
 }
 
-bool plan_parse_migration(const struct cli *cli, const char *opt, const char *arg,
-			  struct kvmstats_migrate_overrides *mig)
+/* --parallel N, --compressed zlib|zstd, --auto-converge, --postcopy
+ * (named by @opt) into @mig; false after an error message. */
+static bool parse_migration(const struct cli *cli, const char *opt, const char *arg,
+			    struct kvmstats_migrate_overrides *mig)
 {
 	long v;
 
@@ -135,6 +138,115 @@ bool plan_parse_migration(const struct cli *cli, const char *opt, const char *ar
 		return true;
 	cli_err(cli, "--compressed: what is '%s'? (zlib, zstd)", arg);
 	return false;
+}
+
+int plan_common_opt(const struct cli *cli, struct plan_common *pc, int c,
+		    const char *arg)
+{
+	bool ok;
+	long v;
+
+	switch (c) {
+	case OPT_PLAN_METHOD:
+		ok = plan_parse_methods(cli, arg, &pc->methods);
+		break;
+	case OPT_PLAN_INTERVAL:
+		ok = plan_parse_double(cli, "--interval", arg, 0, &pc->interval);
+		break;
+	case OPT_PLAN_BANDWIDTH:
+		ok = plan_parse_rate(cli, "--bandwidth", arg, &pc->bandwidth);
+		break;
+	case OPT_PLAN_DOWNTIME:
+		ok = plan_parse_double(cli, "--downtime", arg, 1, &pc->downtime_ms);
+		break;
+	case OPT_PLAN_SEED:
+		v = cli_parse_long(cli, "--seed", arg, 1, LONG_MAX);
+		ok = v > 0;
+		pc->seed = ok ? (uint64_t)v : 0;
+		break;
+	case OPT_PLAN_PARALLEL:
+		ok = parse_migration(cli, "--parallel", arg, &pc->mig);
+		break;
+	case OPT_PLAN_COMPRESSED:
+		ok = parse_migration(cli, "--compressed", arg, &pc->mig);
+		break;
+	case OPT_PLAN_AUTO_CONVERGE:
+		ok = parse_migration(cli, "--auto-converge", arg, &pc->mig);
+		break;
+	case OPT_PLAN_POSTCOPY:
+		ok = parse_migration(cli, "--postcopy", arg, &pc->mig);
+		break;
+	default:
+		return 0;
+	}
+	return ok ? 1 : -1;
+}
+
+void plan_common_fill(const struct plan_common *pc, struct kvmstats_plan_opts *po)
+{
+	po->methods = pc->methods;
+	po->flags |= pc->interval == 0 ? KVMSTATS_PLAN_ASSUME_CLEAN : 0;
+	po->interval_s = pc->interval;
+	po->bandwidth = pc->bandwidth;
+	po->downtime_ms = pc->downtime_ms;
+	po->seed = pc->seed;
+}
+
+/* Measured without error so far. */
+static bool plan_ok(struct kvmstats_plan *p)
+{
+	return p && !kvmstats_plan__result(p)->error;
+}
+
+/* Its verdict depends on the sample: its low and high dirty curves
+ * disagree. */
+static bool plan_uncertain(struct kvmstats_plan *p)
+{
+	const struct kvmstats_plan_vm *r;
+
+	if (!plan_ok(p))
+		return false;
+	r = kvmstats_plan__result(p);
+	return r->predicted && r->dirty_measured &&
+	       r->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN;
+}
+
+#define PLAN_DIRTY_POINTS 4
+#define PLAN_EXTRA 2
+
+void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval)
+{
+	double t0;
+
+	for (size_t i = 0; interval > 0 && i < n; i++)
+		if (plan_ok(plans[i]))
+			kvmstats_plan__dirty_begin(plans[i]);
+	t0 = plan_now_s();
+	for (unsigned int k = 0; interval > 0 && k < PLAN_DIRTY_POINTS; k++) {
+		plan_sleep_until(t0 + interval / (double)(1u << (PLAN_DIRTY_POINTS - 1 - k)));
+		for (size_t i = 0; i < n; i++)
+			if (plan_ok(plans[i]))
+				kvmstats_plan__dirty_point(plans[i]);
+	}
+	t0 = plan_now_s();
+	for (size_t i = 0; i < n; i++)
+		if (plans[i])
+			kvmstats_plan__predict(plans[i]);
+	for (unsigned int k = 1; interval > 0 && k <= PLAN_EXTRA; k++) {
+		size_t more = 0;
+
+		for (size_t i = 0; i < n; i++)
+			more += plan_uncertain(plans[i]);
+		if (!more)
+			return;
+		plan_sleep_until(t0 + interval * k);
+		for (size_t i = 0; i < n; i++) {
+			if (!plan_uncertain(plans[i]))
+				continue;
+			kvmstats_plan__dirty_extend(plans[i]);
+			kvmstats_plan__predict(plans[i]);
+		}
+	}
 }
 
 double plan_now_s(void)

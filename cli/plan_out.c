@@ -508,7 +508,7 @@ static void print_uncertain(const struct vm_row *rows, size_t n)
 void plan_print_table(struct cli *cli, const struct plan_args *a,
 		      struct vm_row *rows, size_t n)
 {
-	bool detail = cli->verbose > 0 || __builtin_popcount(a->methods) > 1;
+	bool detail = cli->verbose > 0 || __builtin_popcount(a->pc.methods) > 1;
 
 	if (!n) {
 		if (!a->t.npids && target_warn_hidden(cli))
@@ -542,6 +542,6 @@ void plan_print_table(struct cli *cli, const struct plan_args *a,
 			       kvmstats_plan__detail(rows[i].p)->not_modelled);
 	print_missing(rows, n);
 	print_uncertain(rows, n);
-	if (a->interval == 0)
+	if (a->pc.interval == 0)
 		printf("\n--interval 0: no dirty rate measured; the model assumed clean guests\n");
 }
