@@ -16,11 +16,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -195,11 +192,8 @@ struct progress {
 static int show_progress(void *arg, uint64_t done, uint64_t total)
 {
 	struct progress *pr = arg;
-	struct timespec ts;
-	double now;
+	double now = plan_now_s();
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 	if (done < total && now - pr->last < 0.2)
 		return 0;
 	pr->last = now;
