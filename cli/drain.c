@@ -108,7 +108,7 @@ static void plan_all(const struct drain_args *a, struct drain_vm *vms,
 		if (vms[i].p)
 			kvmstats_plan__estimate(vms[i].p);
 	}
-	plan_measure(plans, n, a->pc.interval);
+	plan_measure(plans, n, a->pc.interval, NULL, NULL);
 }
 
 /* ---- the drain's input ---- */

@@ -329,7 +329,7 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 	estimate_all(cli, rows, (size_t)n);
 	for (int i = 0; i < n; i++)
 		plans[i] = rows[i].p;
-	plan_measure(plans, (size_t)n, a.pc.interval);
+	plan_measure(plans, (size_t)n, a.pc.interval, NULL, NULL);
 	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
 	for (int i = 0; i < n; i++) {
 		failed += !rows[i].p || rows[i].res->error;

@@ -211,10 +211,18 @@ static bool plan_uncertain(struct kvmstats_plan *p)
 	       r->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN;
 }
 
-#define PLAN_DIRTY_POINTS 4
 #define PLAN_EXTRA 2
 
-void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval)
+static bool sleep_until(plan_sleep_fn sleep, void *arg, double t)
+{
+	if (sleep)
+		return sleep(arg, t);
+	plan_sleep_until(t);
+	return false;
+}
+
+bool plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval,
+		  plan_sleep_fn sleep, void *arg)
 {
 	double t0;
 
@@ -223,7 +231,10 @@ void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval)
 			kvmstats_plan__dirty_begin(plans[i]);
 	t0 = plan_now_s();
 	for (unsigned int k = 0; interval > 0 && k < PLAN_DIRTY_POINTS; k++) {
-		plan_sleep_until(t0 + interval / (double)(1u << (PLAN_DIRTY_POINTS - 1 - k)));
+		double at = t0 + interval / (double)(1u << (PLAN_DIRTY_POINTS - 1 - k));
+
+		if (sleep_until(sleep, arg, at))
+			return false;
 		for (size_t i = 0; i < n; i++)
 			if (plan_ok(plans[i]))
 				kvmstats_plan__dirty_point(plans[i]);
@@ -238,8 +249,9 @@ void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval)
 		for (size_t i = 0; i < n; i++)
 			more += plan_uncertain(plans[i]);
 		if (!more)
-			return;
-		plan_sleep_until(t0 + interval * k);
+			return true;
+		if (sleep_until(sleep, arg, t0 + interval * k))
+			return false;
 		for (size_t i = 0; i < n; i++) {
 			if (!plan_uncertain(plans[i]))
 				continue;
@@ -247,6 +259,7 @@ void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval)
 			kvmstats_plan__predict(plans[i]);
 		}
 	}
+	return true;
 }
 
 double plan_now_s(void)

@@ -41,12 +41,22 @@ int plan_common_opt(const struct cli *cli, struct plan_common *pc, int c,
 		    const char *arg);
 /* @pc's part of a plan's options. */
 void plan_common_fill(const struct plan_common *pc, struct kvmstats_plan_opts *po);
-/* Every VM measured over the same interval, as `plan` and `drain` do:
- * the dirty rate (baselines, then points at interval/8, /4, /2 and the
- * full interval), the prediction, and for a VM whose verdict depends on
- * the sample, up to two more intervals on the same curve. @plans[i] may
- * be NULL; their zero pages are estimated already. */
-void plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval);
+/* The points of a dirty curve: at interval/8, /4, /2 and the interval. */
+#define PLAN_DIRTY_POINTS 4
+
+/* Sleeps until @t (plan_now_s()'s clock); true when the measurement is to
+ * stop (serve is stopping). */
+typedef bool (*plan_sleep_fn)(void *arg, double t);
+
+/* Every VM measured over the same interval, as `plan`, `drain` and serve's
+ * planner do: the dirty rate (baselines, then the PLAN_DIRTY_POINTS
+ * points), the prediction, and for a VM whose verdict depends on the
+ * sample, up to two more intervals on the same curve. @plans[i] may be
+ * NULL; their zero pages are estimated already. @sleep NULL sleeps with
+ * plan_sleep_until(). False when @sleep stopped it: the plans are then
+ * not all predicted. */
+bool plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval,
+		  plan_sleep_fn sleep, void *arg);
 
 /* A number >= @min; false after an error message. */
 bool plan_parse_double(const struct cli *cli, const char *opt, const char *arg,

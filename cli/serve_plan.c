@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "plan_args.h"
 #include "serve.h"
 
 /* ---- the migration planner (--plan-interval) ------------------------------ */
@@ -18,7 +19,8 @@
  * plans every exported VMM as `kvmstats plan` would: its guest RAM (QEMU's
  * RAM blocks over one short QMP exchange), its zero pages by
  * --plan-method, its dirty rate over --plan-dirty-interval (every VMM in
- * the same interval) and the migration model. The figures are rendered in
+ * the same interval, up to two more for a VMM whose verdict is uncertain:
+ * plan_measure()) and the migration model. The figures are rendered in
  * both formats and published; a scrape copies the latest ones and says how
  * old they are. So a scrape never waits for a plan, and a slow plan (a
  * scan of a large VM) never holds the lock scrapes take: only the list of
@@ -29,7 +31,6 @@
  * of that round.
  */
 #define PLAN_NICE 10
-#define PLAN_DIRTY_POINTS 4
 /* How soon a round that found no VMM (discovery under way) is tried again. */
 #define PLAN_EMPTY_RETRY_NS 1000000000ull
 
@@ -236,6 +237,12 @@ static bool plan_sleep(struct planner *pl, uint64_t deadline)
 	return serve_sleep(&pl->lock, &pl->wake, &pl->stop, deadline);
 }
 
+/* plan_measure()'s sleep: until @t (CLOCK_MONOTONIC, s) or a stop. */
+static bool plan_sleep_s(void *arg, double t)
+{
+	return plan_sleep(arg, (uint64_t)(t * 1e9));
+}
+
 static bool plan_ok(const struct plan_row *r)
 {
 	return r->p && !kvmstats_plan__result(r->p)->error;
@@ -310,29 +317,6 @@ static void plan_stats(struct server *s, struct plan_row *rows, size_t n)
 			kvmstats_plan__stats(rows[i].p, v);
 	}
 	pthread_mutex_unlock(&s->lock);
-}
-
-/* The dirty rate of every VMM over the same interval, as `kvmstats plan`
- * measures it: baselines, then points at 1/8, 1/4, 1/2 and the whole
- * interval. True when a stop cut it short. */
-static bool plan_dirty(struct server *s, struct plan_row *rows, size_t n)
-{
-	uint64_t span = (uint64_t)(s->o.plan.dirty_s * 1e9), t0;
-
-	if (!span)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (plan_ok(&rows[i]))
-			kvmstats_plan__dirty_begin(rows[i].p);
-	t0 = now_ns();
-	for (unsigned int k = 0; k < PLAN_DIRTY_POINTS; k++) {
-		if (plan_sleep(&s->plan, t0 + (span >> (PLAN_DIRTY_POINTS - 1 - k))))
-			return true;
-		for (size_t i = 0; i < n; i++)
-			if (plan_ok(&rows[i]))
-				kvmstats_plan__dirty_point(rows[i].p);
-	}
-	return false;
 }
 
 /* Has @pid exited (gone, or a zombie whose memory is gone already)? */
@@ -511,6 +495,7 @@ static size_t plan_round(struct server *s)
 {
 	struct planner *pl = &s->plan;
 	struct plan_row *rows = NULL;
+	struct kvmstats_plan **plans = NULL;
 	uint64_t t0 = now_ns();
 	pid_t *pids = NULL;
 	size_t n;
@@ -518,7 +503,8 @@ static size_t plan_round(struct server *s)
 	plan_running(pl, true);
 	n = plan_pids(s, &pids);
 	rows = pids ? calloc(n + 1, sizeof(*rows)) : NULL;
-	if (!rows) {
+	plans = rows ? calloc(n + 1, sizeof(*plans)) : NULL;
+	if (!plans) {
 		cli_warn(s->cli, "planner: out of memory");
 		goto out;
 	}
@@ -531,16 +517,17 @@ static size_t plan_round(struct server *s)
 	for (size_t i = 0; i < n && !atomic_load(&pl->cancel); i++)
 		if (rows[i].p)
 			kvmstats_plan__estimate(rows[i].p);
-	if (atomic_load(&pl->cancel) || plan_dirty(s, rows, n))
-		goto out;
 	for (size_t i = 0; i < n; i++)
-		if (rows[i].p)
-			kvmstats_plan__predict(rows[i].p);
+		plans[i] = rows[i].p;
+	if (atomic_load(&pl->cancel) ||
+	    !plan_measure(plans, n, s->o.plan.dirty_s, plan_sleep_s, pl))
+		goto out;
 	plan_report(s, rows, n);
 	plan_publish(s, rows, n, t0);
 out:
 	for (size_t i = 0; rows && i < n; i++)
 		kvmstats_plan__free(rows[i].p);
+	free(plans);
 	free(rows);
 	free(pids);
 	plan_running(pl, false);
