@@ -215,6 +215,7 @@ unit: $(UNIT_BIN)
 # The unit tests, the image files through the CLI, the fuzz seeds replayed.
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(O)/fuzz/replay_%)
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(O)/fuzz/%)
 check: $(O)/kvmstats $(O)/libkvmstats.so $(UNIT_BIN) $(O)/mkbad $(REPLAY_BIN)
 	O=$(O) scripts/check.sh
 
@@ -231,7 +232,7 @@ run-bench: $(BENCH_BIN)
 # build-san/), the fuzzers and the test tools.
 test-build: test-deps
 	@$(MAKE) --no-print-directory build unit $(O)/mkbad $(O)/mkselftest $(O)/mklog \
-		$(O)/slowloris $(O)/linkrelay $(O)/memload $(O)/fuzz/fuzz_image $(O)/fuzz/fuzz_log $(O)/tests/lifecycle_driver
+		$(O)/slowloris $(O)/linkrelay $(O)/memload $(FUZZ_BIN) $(O)/tests/lifecycle_driver
 	@$(MAKE) --no-print-directory O=build-san SAN=address,undefined \
 		OPTFLAGS='-O1 -g' build-san/kvmstats unit
 

@@ -109,6 +109,21 @@ struct cmdline {
 	int argc;
 };
 
+/* @c's arguments, pointing into its buffer: at most ARRAY_SIZE(argv). */
+static void split_cmdline(struct cmdline *c)
+{
+	c->argc = 0;
+	for (size_t i = 0; i < c->len && c->argc < (int)ARRAY_SIZE(c->argv);) {
+		/* The last argument may lack its NUL if the file was cut. */
+		const char *end = memchr(c->buf + i, 0, c->len - i);
+
+		if (!end)
+			break;
+		c->argv[c->argc++] = c->buf + i;
+		i = (size_t)(end - c->buf) + 1;
+	}
+}
+
 static int read_cmdline(pid_t pid, struct cmdline *c)
 {
 	char path[64];
@@ -126,14 +141,7 @@ static int read_cmdline(pid_t pid, struct cmdline *c)
 		return err;
 	c->buf = (char *)buf;
 	c->len = len;
-	c->argc = 0;
-	for (size_t i = 0; i < len && c->argc < (int)ARRAY_SIZE(c->argv);) {
-		/* The last argument may lack its NUL if the file was cut. */
-		if (!memchr(c->buf + i, 0, len - i))
-			break;
-		c->argv[c->argc++] = c->buf + i;
-		i += strlen(c->buf + i) + 1;
-	}
+	split_cmdline(c);
 	return 0;
 }
 
@@ -335,6 +343,22 @@ int ks_qmp_find_sockets(pid_t pid, unsigned int flags, char (*out)[PATH_MAX],
 		n = looks_like_qemu(c, pid) ? find_sockets(c, pid, flags, out, max)
 					    : -ENOTSUP;
 	free(c->buf);
+	free(c);
+	return n;
+}
+
+int ks_qmp_cmdline_sockets(const char *buf, size_t len, char (*out)[PATH_MAX],
+			   int max)
+{
+	struct cmdline *c = calloc(1, sizeof(*c));
+	int n;
+
+	if (!c)
+		return -ENOMEM;
+	c->buf = (char *)buf;	/* only read */
+	c->len = len;
+	split_cmdline(c);
+	n = find_sockets(c, 0, 0, out, max);
 	free(c);
 	return n;
 }

@@ -29,6 +29,10 @@ enum ks_qmp_find_flags {
  * -ENOTSUP (not QEMU), or -errno. Names only: see ks_qmp_sock_open(). */
 int ks_qmp_find_sockets(pid_t pid, unsigned int flags, char (*out)[PATH_MAX],
 			int max);
+/* The same on a command line of @len bytes at @buf (NUL-separated, as
+ * /proc/PID/cmdline), without KS_QMP_FIND_FD: for the fuzzer. */
+int ks_qmp_cmdline_sockets(const char *buf, size_t len, char (*out)[PATH_MAX],
+			   int max);
 
 /* ---- schemas and snapshots (qmp_schema.c) ---- */
 

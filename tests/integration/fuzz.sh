@@ -1,13 +1,16 @@
 #!/bin/bash
-# Bounded libFuzzer runs (ASan+UBSan) of the two parsers of untrusted
-# files: the stats image parser, seeded with the kernel's own layouts and
-# mkbad's broken images, and the log reader, seeded with mklog's sound,
-# damaged and forged logs. FUZZ_SECONDS (default 30) is each one's time.
+# Bounded libFuzzer runs (ASan+UBSan) of the parsers of what kvmstats
+# does not trust: the stats image parser, seeded with the kernel's own
+# layouts and mkbad's broken images; the log reader, seeded with mklog's
+# sound, damaged and forged logs; and what a VMM writes, seeded from
+# fuzz/corpus/: QEMU's command line (its QMP sockets) and its monitor's
+# stats answers (schemas, values, vCPUs). FUZZ_SECONDS
+# (default 20) is each one's time.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=none nosan
 source "$(dirname "$0")/../lib.sh"
 
-SECONDS_EACH=${FUZZ_SECONDS:-30}
+SECONDS_EACH=${FUZZ_SECONDS:-20}
 
 # fuzz NAME FUZZER CORPUS MAXLEN
 fuzz() {
@@ -35,3 +38,10 @@ if "$ROOT/build/mklog" --small "$TMP/logs"; then
 else
 	fail "fuzz log reader" "build/mklog could not write the seed logs"
 fi
+
+for name in cmdline qmp; do
+	mkdir -p "$TMP/$name"
+	cp "$ROOT/fuzz/corpus/$name"/* "$TMP/$name/"
+done
+fuzz "QEMU command line" "$ROOT/build/fuzz/fuzz_cmdline" "$TMP/cmdline" 16384
+fuzz "QMP stats answers" "$ROOT/build/fuzz/fuzz_qmp" "$TMP/qmp" 65536
