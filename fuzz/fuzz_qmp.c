@@ -4,7 +4,7 @@
  * (lib/qmp_schema.c, lib/qmp_cpus.c), which a VMM writes as it likes.
  * The input is up to four JSON texts separated by NULs, the return values
  * of query-stats-schemas, query-stats of the VM, query-stats of the vCPUs
- * and query-cpus-fast, parsed as the QMP client parses (16 deep at most).
+ * and query-cpus-fast, parsed as the QMP client parses (ks_qmp_tokener()).
  * They go the way source_qmp.c takes them: the costs of the descriptors,
  * a schema per target sized by the first values, the VM's snapshot in
  * both orders, two polls of the vCPUs; then every value is decoded.
@@ -34,7 +34,7 @@ enum { SCHEMAS, VM, VCPU, CPUS, PARTS };
 
 static struct json_object *parse(const uint8_t *p, size_t n)
 {
-	struct json_tokener *tok = json_tokener_new_ex(16);
+	struct json_tokener *tok = ks_qmp_tokener();
 	struct json_object *o;
 
 	if (!tok)

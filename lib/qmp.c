@@ -49,14 +49,30 @@
 #define QMP_CHUNK 65536u
 /* json-c builds about 50 bytes for each byte of "[[],[],...]", and a
  * byte budget does not see it: what a message will cost json-c is
- * estimated from its raw bytes before they are handed over, by element
- * (measured with json-c 0.16 on x86-64: an empty object takes about
- * 790 bytes, an array 150, a number 72), and a message past its budget
- * is refused. No more than QMP_MAX_COST whatever the caller asks: a
- * real query-stats of 1024 x86 vCPUs takes 55 MB. */
+ * estimated from its raw bytes before they are handed over, and a
+ * message past its budget is refused. Measured with json-c 0.16 on
+ * x86-64, in glibc's chunks: an empty object takes 790 bytes, an array
+ * 150, a number 72, a string 88 and its bytes, a double 104 and its
+ * text; each key of an object past its tenth up to 182 for json-c's
+ * table (old and new while it grows), 128 beyond its string's; once
+ * per message, twice its
+ * longest string or number (json-c's token buffer), 16 bytes per
+ * element of its widest array (old and new list while json-c grows
+ * it), 272 per level of nesting (an open array's list of 32) and 480 for
+ * json-c's own (a locale, each call). fuzz/fuzz_qmp_cost.c holds the
+ * estimate to what json-c takes. No more than QMP_MAX_COST whatever the
+ * caller asks: a real query-stats of 1024 x86 vCPUs takes 55 MB (60.6
+ * MiB estimated). */
 #define QMP_COST_OBJECT 800u
 #define QMP_COST_ARRAY 160u
 #define QMP_COST_SCALAR 80u
+#define QMP_COST_STRING 88u
+#define QMP_COST_DOUBLE 32u	/* beyond a scalar's */
+#define QMP_COST_KEY 128u	/* each past the first QMP_SMALL_OBJECT */
+#define QMP_SMALL_OBJECT 10u
+#define QMP_COST_SLOT 16u	/* each element of the widest array */
+#define QMP_COST_OPEN 272u	/* each level of nesting */
+#define QMP_COST_PARSE 512u	/* json-c's own, each time it is called */
 #define QMP_MAX_COST (64u << 20)
 #define QMP_DEFAULT_COST (8u << 20)
 /* QMP nests 6 deep (query-stats: return, results, result, stats, stat,
@@ -76,8 +92,15 @@
 
 struct qmp_scan {
 	size_t cost;		/* of the message under way */
-	int depth;
-	bool in_str, esc, in_word;
+	size_t most;		/* of the messages before it */
+	size_t token;		/* bytes of the string or word under way */
+	size_t longest;		/* of the message's strings and words */
+	size_t widest;		/* of the message's arrays */
+	int depth, deepest;
+	uint32_t arrays;	/* bit d: the container at depth d is one */
+	uint32_t items[QMP_MAX_DEPTH + 1];	/* keys or elements, per depth */
+	char quote;		/* that ends the string under way */
+	bool in_str, esc, in_word, is_num, is_double;
 };
 
 struct ks_qmp {
@@ -291,51 +314,165 @@ static bool json_blank(char ch)
 	       ch == ',' || ch == ':';
 }
 
-/* Scan @n bytes before the tokener sees them: the message under way may
- * cost json-c at most q->max_cost (estimated per element, strings by
- * their length too) and nest QMP_MAX_DEPTH deep. Linear, no allocation:
- * a hostile reply is refused before it is built. */
-static int prescan(struct ks_qmp *q, const char *s, size_t n)
+/* One byte of a string's or a number's text: json-c copies it into its
+ * token buffer, which only grows (to twice the longest token), and
+ * strings and doubles keep a copy. */
+static void scan_text(struct qmp_scan *c, bool kept)
 {
-	struct qmp_scan *c = &q->scan;
+	c->cost += kept;
+	if (++c->token > c->longest) {
+		c->longest = c->token;
+		c->cost += 2;
+	}
+}
 
+/* A word (number, true, false, null) begins or goes on with @ch. A
+ * double also keeps its text, which json-c prints it back from. */
+static void scan_word(struct qmp_scan *c, char ch)
+{
+	if (!c->in_word) {
+		c->cost += QMP_COST_SCALAR;
+		c->token = 0;
+		c->is_num = ch == '-' || (ch >= '0' && ch <= '9');
+		c->is_double = false;
+	} else if (c->is_num && !c->is_double &&
+		   (ch == '.' || ch == 'e' || ch == 'E')) {
+		c->is_double = true;
+		c->cost += QMP_COST_DOUBLE + c->token;
+	}
+	scan_text(c, c->is_double);
+}
+
+/* A value begins in the container at c->depth. An array's elements are
+ * slots of json-c's list, which it doubles: the widest list of a message
+ * has its old and its new copy at once. */
+static void scan_value(struct qmp_scan *c)
+{
+	if (!(c->arrays >> c->depth & 1))
+		return;
+	if (++c->items[c->depth] > c->widest) {
+		c->widest = c->items[c->depth];
+		c->cost += QMP_COST_SLOT;
+	}
+}
+
+/* A key's ':'. json-c's table of a big object's keys has up to three
+ * entries per key; a small one's is the object's own. */
+static void scan_key(struct qmp_scan *c)
+{
+	if (!(c->arrays >> c->depth & 1) &&
+	    ++c->items[c->depth] > QMP_SMALL_OBJECT)
+		c->cost += QMP_COST_KEY;
+}
+
+/* A container opens. json-c gives an array a list of 32 slots, and
+ * shrinks it only once it closes: while open, one per depth. */
+static int scan_open(struct qmp_scan *c, char ch)
+{
+	c->cost += ch == '{' ? QMP_COST_OBJECT : QMP_COST_ARRAY;
+	if (++c->depth > QMP_MAX_DEPTH)
+		return -EMSGSIZE;
+	if (c->depth > c->deepest) {
+		c->deepest = c->depth;
+		c->cost += QMP_COST_OPEN;
+	}
+	c->items[c->depth] = 0;
+	if (ch == '[')
+		c->arrays |= 1u << c->depth;
+	else
+		c->arrays &= ~(1u << c->depth);
+	return 0;
+}
+
+/* A byte outside strings that is not blank: a message, a value, or the
+ * end of a container begins, or a word goes on. */
+static int scan_token(struct qmp_scan *c, char ch)
+{
+	bool closing = ch == '}' || ch == ']';
+
+	if (!c->depth && !c->in_word) {
+		/* A message begins: its own budget. */
+		c->most = c->cost > c->most ? c->cost : c->most;
+		c->cost = QMP_COST_PARSE;
+		c->longest = 0;
+		c->widest = 0;
+		c->deepest = 0;
+	}
+	if (!c->in_word && !closing)
+		scan_value(c);
+	if (ch != '"' && ch != '\'' && ch != '{' && ch != '[' && !closing) {
+		scan_word(c, ch);
+		c->in_word = true;
+		return 0;
+	}
+	c->in_word = false;
+	if (closing) {
+		c->depth -= c->depth > 0;
+	} else if (ch == '"' || ch == '\'') {
+		/* json-c takes 'keys' even when strict. */
+		c->in_str = true;
+		c->quote = ch;
+		c->token = 0;
+		c->cost += QMP_COST_STRING;
+	} else {
+		return scan_open(c, ch);
+	}
+	return 0;
+}
+
+/* Scan @n bytes before the tokener sees them: the message under way may
+ * cost json-c at most @max_cost (estimated per element, strings and
+ * numbers by their length too) and nest QMP_MAX_DEPTH deep. Linear, no
+ * allocation: a hostile reply is refused before it is built. */
+static int prescan(struct qmp_scan *c, size_t max_cost, const char *s,
+		   size_t n)
+{
 	for (size_t i = 0; i < n; i++) {
 		char ch = s[i];
+		int err = 0;
 
 		if (c->in_str) {
-			c->cost++;
+			scan_text(c, true);
 			if (c->esc)
 				c->esc = false;
 			else if (ch == '\\')
 				c->esc = true;
-			else if (ch == '"')
+			else if (ch == c->quote)
 				c->in_str = false;
-			continue;
-		}
-		if (json_blank(ch)) {
+		} else if (json_blank(ch)) {
 			c->in_word = false;
-			continue;
+			if (ch == ':')
+				scan_key(c);
+		} else {
+			err = scan_token(c, ch);
 		}
-		if (!c->depth && !c->in_word)
-			c->cost = 0;	/* a message begins: its own budget */
-		if (ch == '{' || ch == '[') {
-			c->cost += ch == '{' ? QMP_COST_OBJECT : QMP_COST_ARRAY;
-			if (++c->depth > QMP_MAX_DEPTH)
-				return -EMSGSIZE;
-		} else if (ch == '}' || ch == ']') {
-			c->depth -= c->depth > 0;
-		} else if (ch == '"') {
-			c->in_str = true;
-			c->cost += QMP_COST_SCALAR;
-		} else if (!c->in_word) {
-			c->cost += QMP_COST_SCALAR;	/* a number, true, null */
-		}
-		c->in_word = !c->in_str && ch != '{' && ch != '[' && ch != '}' &&
-			     ch != ']';
-		if (c->cost > q->max_cost)
+		if (err || c->cost > max_cost)
 			return -EMSGSIZE;
 	}
 	return 0;
+}
+
+struct json_tokener *ks_qmp_tokener(void)
+{
+	struct json_tokener *tok = json_tokener_new_ex(QMP_MAX_DEPTH);
+
+	/* Strict: json-c's own leniencies (comments, 'strings', trailing
+	 * commas) would hide from prescan() what it builds: a quote in a
+	 * comment would make it count the rest as a string, a byte each.
+	 * Trailing characters are the stream's next message. */
+	if (tok)
+		json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
+					    JSON_TOKENER_ALLOW_TRAILING_CHARS);
+	return tok;
+}
+
+int ks_qmp_estimate(const char *s, size_t n, size_t max_cost, size_t *cost)
+{
+	struct qmp_scan c = { .cost = QMP_COST_PARSE };
+	int err = prescan(&c, max_cost, s, n);
+
+	*cost = c.cost > c.most ? c.cost : c.most;
+	return err;
 }
 
 /* The next JSON object of the stream. */
@@ -351,7 +488,7 @@ static int read_msg(struct ks_qmp *q, uint64_t deadline,
 		n = recv(q->fd, q->buf, QMP_CHUNK, MSG_DONTWAIT);
 		if (n > 0) {
 			q->len = (size_t)n;
-			err = prescan(q, q->buf, q->len);
+			err = prescan(&q->scan, q->max_cost, q->buf, q->len);
 			if (err)
 				return err;
 			continue;
@@ -486,8 +623,9 @@ int ks_qmp_batch(struct ks_qmp *q, struct ks_qmp_cmd *cmds, size_t n,
 out:
 	if (e && e != -EREMOTEIO)
 		set_err(err, errsz, "%s: %s", what,
-			e == -ETIMEDOUT ? "no reply in time (hung monitor?)"
-					: strerror(-e));
+			e == -ETIMEDOUT ? "no reply in time (hung monitor?)" :
+			e == -EPROTO	? "an answer that is not JSON (refused)" :
+					  strerror(-e));
 	return e;
 }
 
@@ -597,7 +735,7 @@ static struct ks_qmp *qmp_new(void)
 	/* Positive, with room to count up. */
 	q->next_id = (int64_t)((uint64_t)q->next_id >> 2);
 	q->buf = malloc(QMP_CHUNK);
-	q->tok = json_tokener_new_ex(QMP_MAX_DEPTH);
+	q->tok = ks_qmp_tokener();
 	if (!q->buf || !q->tok) {
 		ks_qmp_close(q);
 		return NULL;

@@ -63,6 +63,15 @@ void ks_qmp_set_max_msg(struct ks_qmp *q, size_t bytes);
  * 64 MiB; 8 MiB until set, and ks_qmp_set_max_msg() sets sixteen times
  * its bytes. A message nesting deeper than 16 is refused too. */
 void ks_qmp_set_max_cost(struct ks_qmp *q, size_t bytes);
+/* The tokener the client parses a monitor's stream with: strict JSON,
+ * nested at most 16 deep. */
+struct json_tokener *ks_qmp_tokener(void);
+/* What the client estimates json-c builds for a message of the @n bytes
+ * at @s (the estimate ks_qmp_set_max_cost() bounds; of several, the
+ * costliest), in *cost: 0, or -EMSGSIZE when it would refuse it (past
+ * @max_cost, or nested too deep). For the fuzzer, which holds it to what
+ * json-c takes. */
+int ks_qmp_estimate(const char *s, size_t n, size_t max_cost, size_t *cost);
 /* QEMU's version from the greeting ("10.0.2"); "" when it gave none. */
 const char *ks_qmp_version(const struct ks_qmp *q);
 

@@ -3,8 +3,9 @@
 # does not trust: the stats image parser, seeded with the kernel's own
 # layouts and mkbad's broken images; the log reader, seeded with mklog's
 # sound, damaged and forged logs; and what a VMM writes, seeded from
-# fuzz/corpus/: QEMU's command line (its QMP sockets) and its monitor's
-# stats answers (schemas, values, vCPUs). FUZZ_SECONDS
+# fuzz/corpus/: QEMU's command line (its QMP sockets), its monitor's
+# stats answers (schemas, values, vCPUs), and the QMP client's estimate
+# of what a reply costs json-c, held to what json-c takes. FUZZ_SECONDS
 # (default 20) is each one's time.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=none nosan
@@ -39,9 +40,10 @@ else
 	fail "fuzz log reader" "build/mklog could not write the seed logs"
 fi
 
-for name in cmdline qmp; do
+for name in cmdline qmp qmp_cost; do
 	mkdir -p "$TMP/$name"
 	cp "$ROOT/fuzz/corpus/$name"/* "$TMP/$name/"
 done
 fuzz "QEMU command line" "$ROOT/build/fuzz/fuzz_cmdline" "$TMP/cmdline" 16384
 fuzz "QMP stats answers" "$ROOT/build/fuzz/fuzz_qmp" "$TMP/qmp" 65536
+fuzz "QMP cost estimate" "$ROOT/build/fuzz/fuzz_qmp_cost" "$TMP/qmp_cost" 65536

@@ -34,7 +34,8 @@
       histograms per vCPU instead.
   hostile_qmp.py arrays NVCPUS READY ARGS...
       on $HQ_SOCK, a query-stats of the vCPUs whose value is
-      "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget).
+      "[[],[],...]" of $HQ_BYTES bytes (a reply within the byte budget);
+      with $HQ_COMMENT=1 after a comment holding a quote, '/*"*/'.
   hostile_qmp.py laggard NVCPUS READY -qmp unix:SOCK,server=on
       a well-behaved monitor (as plain) whose main loop is busy right
       after every $HQ_LAG_EVERY-th client (10) hangs up: for $HQ_LAG
@@ -276,6 +277,10 @@ class Arrays(Plain):
         super().__init__(nvcpus)
         n = max(1, (int(os.environ.get("HQ_BYTES", "17800000")) - 200) // 3)
         self.blob = ("[" + ",".join(["[]"] * n) + "]").encode()
+        if os.environ.get("HQ_COMMENT"):
+            # A quote in a comment: a lenient parser takes the comment,
+            # a scan that does not know comments sees a string begin.
+            self.blob = b'/*"*/' + self.blob
 
     def raw(self, cmd):
         args = cmd.get("arguments") or {}
