@@ -21,6 +21,8 @@
 
 /* More descriptors than any kernel has (x86 vCPU: 45). */
 #define QMP_MAX_DESCS 1024
+/* Entries of a values list read for their sizes: no kernel's has more. */
+#define QMP_MAX_VALUES (2 * (size_t)QMP_MAX_DESCS)
 
 /* ---- schemas ------------------------------------------------------------ */
 
@@ -77,24 +79,70 @@ struct json_object *ks_qmp_provider_stats(struct json_object *results,
 	return NULL;
 }
 
-/* Number of values of stat @name in a query-stats "stats" list: the
- * length of its array for a histogram (the schema does not say), else 1;
- * 0 when absent. */
-static size_t value_size(struct json_object *values, const char *name)
+/* A query-stats "stats" list's value sizes by name, for the descriptors
+ * to look up in log n: a monitor may list tens of thousands, which a
+ * scan per descriptor made seconds of CPU. Past QMP_MAX_VALUES entries,
+ * left out. */
+struct value_sizes {
+	struct value_size {
+		const char *name;
+		size_t size;	/* array length for a histogram, else 1 */
+		size_t at;	/* in the list: the first of a name wins */
+	} *v;
+	size_t n;
+};
+
+static int cmp_value(const void *a, const void *b)
+{
+	const struct value_size *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static int value_sizes_make(struct value_sizes *vs, struct json_object *values)
 {
 	size_t n = values ? json_object_array_length(values) : 0;
 
+	if (n > QMP_MAX_VALUES)
+		n = QMP_MAX_VALUES;
+	vs->n = 0;
+	vs->v = calloc(n ? n : 1, sizeof(*vs->v));
+	if (!vs->v)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		struct json_object *e = json_object_array_get_idx(values, i);
+		const char *name = ks_json_str(e, "name");
 		struct json_object *v;
-		const char *nm = ks_json_str(e, "name");
 
-		if (!nm || strcmp(nm, name) || !json_object_object_get_ex(e, "value", &v))
+		if (!name || !json_object_object_get_ex(e, "value", &v))
 			continue;
-		return json_object_is_type(v, json_type_array) ?
-			       json_object_array_length(v) : 1;
+		vs->v[vs->n++] = (struct value_size){
+			.name = name,
+			.size = json_object_is_type(v, json_type_array) ?
+					json_object_array_length(v) : 1,
+			.at = i,
+		};
 	}
+	qsort(vs->v, vs->n, sizeof(*vs->v), cmp_value);
 	return 0;
+}
+
+/* Number of values of stat @name: the length of its array for a
+ * histogram (the schema does not say), else 1; 0 when absent. */
+static size_t value_size(const struct value_sizes *vs, const char *name)
+{
+	size_t lo = 0, hi = vs->n;
+
+	while (lo < hi) {	/* the first of @name */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(vs->v[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < vs->n && !strcmp(vs->v[lo].name, name) ? vs->v[lo].size : 0;
 }
 
 /* A name the kernel could give a stat: short, and [A-Za-z0-9_] only
@@ -189,7 +237,7 @@ static bool to_flags(struct json_object *e, struct kvmstats_encode_desc *d,
 
 /* One QMP schema entry as a descriptor; false (and why, in @dr) to
  * leave it out: one bad stat costs that stat, not the schema. */
-static bool to_desc(struct json_object *e, struct json_object *values,
+static bool to_desc(struct json_object *e, const struct value_sizes *values,
 		    struct kvmstats_encode_desc *d, struct dropped *dr)
 {
 	struct json_object *v;
@@ -289,8 +337,9 @@ static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
 					    char *err, size_t errsz)
 {
 	size_t n = json_object_array_length(list), nd = 0, len;
-	struct kvmstats_encode_desc *d;
+	struct kvmstats_encode_desc *d = NULL;
 	struct kvmstats_schema *s = NULL;
+	struct value_sizes vs = { 0 };
 	bool keep = kernel_order(list);
 	void *img;
 
@@ -299,12 +348,12 @@ static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
 		return NULL;
 	}
 	d = calloc(n ? n : 1, sizeof(*d));
-	if (!d)
-		return NULL;
+	if (!d || value_sizes_make(&vs, values))
+		goto out;
 	for (size_t i = 0; i < n; i++) {
 		size_t j = keep ? i : n - 1 - i;
 
-		if (to_desc(json_object_array_get_idx(list, j), values, &d[nd], dr))
+		if (to_desc(json_object_array_get_idx(list, j), &vs, &d[nd], dr))
 			nd++;
 	}
 	nd = drop_dups(d, nd, dr);
@@ -314,6 +363,8 @@ static struct kvmstats_schema *build_schema(struct kvmstats_ctx *ctx,
 	else
 		s = kvmstats_schema__parse(ctx, img, len, err, errsz);
 	free(img);
+out:
+	free(vs.v);
 	free(d);
 	return s;
 }
