@@ -193,10 +193,17 @@ $(O)/linkrelay: tests/tools/linkrelay.c
 $(O)/memload: tests/guest/memload.c
 	$(CC) $(KS_CFLAGS) -static $< -o $@
 
-$(O)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HDRS) | $(O)/fuzz
-	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
-		$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS)) \
-		-fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ $(LIB_LIBS)
+# The fuzzers share one build of the library, instrumented for coverage.
+FUZZ_CFLAGS = -g -O1 -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib \
+	$(shell $(PKG_CONFIG) --cflags $(LIB_PKGS))
+FUZZ_LIB_OBJ := $(LIB_SRC:lib/%.c=$(O)/fuzz/lib/%.o)
+
+$(O)/fuzz/lib/%.o: lib/%.c $(HDRS) | $(O)/fuzz/lib
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+$(O)/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB_OBJ) $(HDRS) | $(O)/fuzz
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< \
+		$(FUZZ_LIB_OBJ) -o $@ $(LIB_LIBS)
 
 # A fuzz harness without libFuzzer (any compiler): runs each file given
 # once, for `make check`'s replay of the seeds.
@@ -205,7 +212,7 @@ $(O)/fuzz/replay_%: fuzz/fuzz_%.c tests/tools/fuzz_replay.c $(O)/libkvmstats.a |
 		$(O)/libkvmstats.a $(LIB_LIBS)
 
 # (not $(O) itself: with O=build it would be the `build` target)
-$(O)/lib $(O)/cli $(O)/tests $(O)/bench $(O)/fuzz:
+$(O)/lib $(O)/cli $(O)/tests $(O)/bench $(O)/fuzz $(O)/fuzz/lib:
 	mkdir -p $@
 
 unit: $(UNIT_BIN)
