@@ -5,7 +5,8 @@
  * whose estimate passes the caller's budget before json-c builds it, so
  * a monitor that can make json-c take more than the estimate can make
  * kvmstats take more than its budget: the estimate must never be less
- * than what json-c takes, at its peak, counted in glibc's chunks.
+ * than what json-c takes, at its peak, counted in glibc's chunks (but
+ * for rounding: ROUNDING).
  *
  * The input is a reply as a monitor sends it, parsed as the client
  * parses (ks_qmp_tokener()). Under ASan every allocation is counted
@@ -27,6 +28,10 @@
 #ifdef __SANITIZE_ADDRESS__
 #define COUNT_HOOKS 1
 #endif
+
+/* Room for what the model rounds (a sixteenth, and 1 KiB): the misses
+ * this harness found were 15% to 50 times over. */
+#define ROUNDING 16
 
 #ifdef COUNT_HOOKS
 #include <sanitizer/allocator_interface.h>
@@ -117,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		used = size;
 	/* A message nested too deep is refused before json-c sees it. */
 	if (!ks_qmp_estimate((const char *)data, used, SIZE_MAX, &cost) &&
-	    took > cost)
+	    took > cost + cost / ROUNDING + 1024)
 		abort();
 	json_object_put(o);
 out:

@@ -55,11 +55,11 @@
  * 150, a number 72, a string 88 and its bytes, a double 104 and its
  * text; each key of an object past its tenth up to 182 for json-c's
  * table (old and new while it grows), 128 beyond its string's; once
- * per message, twice its
- * longest string or number (json-c's token buffer), 16 bytes per
- * element of its widest array (old and new list while json-c grows
- * it), 272 per level of nesting (an open array's list of 32) and 480 for
- * json-c's own (a locale, each call). fuzz/fuzz_qmp_cost.c holds the
+ * per message, three times its longest string or number (json-c's
+ * token buffer, old and new while it doubles), 16 bytes per element of
+ * its widest array (old and new list while json-c grows it), 272 per
+ * level of nesting (an open array's list of 32) and 480 for json-c's
+ * own (a locale, each call). fuzz/fuzz_qmp_cost.c holds the
  * estimate to what json-c takes. No more than QMP_MAX_COST whatever the
  * caller asks: a real query-stats of 1024 x86 vCPUs takes 55 MB (60.6
  * MiB estimated). */
@@ -315,14 +315,15 @@ static bool json_blank(char ch)
 }
 
 /* One byte of a string's or a number's text: json-c copies it into its
- * token buffer, which only grows (to twice the longest token), and
- * strings and doubles keep a copy. */
+ * token buffer, which grows by doubling (the old and the new buffer at
+ * once: three times the longest token), and strings and doubles keep a
+ * copy. */
 static void scan_text(struct qmp_scan *c, bool kept)
 {
 	c->cost += kept;
 	if (++c->token > c->longest) {
 		c->longest = c->token;
-		c->cost += 2;
+		c->cost += 3;
 	}
 }
 
