@@ -102,47 +102,43 @@ static bool is_opt(const char *arg, const char *name)
 	return !strcmp(arg, name);
 }
 
+/* A command line's arguments, pointing into the bytes it was split
+ * from (/proc/PID/cmdline: each ends with a NUL). */
 struct cmdline {
-	char *buf;
-	size_t len;
 	const char *argv[4096];
 	int argc;
 };
 
-/* @c's arguments, pointing into its buffer: at most ARRAY_SIZE(argv). */
-static void split_cmdline(struct cmdline *c)
+/* The arguments of the @len bytes at @buf, at most ARRAY_SIZE(argv);
+ * NULL on -ENOMEM. */
+static struct cmdline *split_cmdline(const char *buf, size_t len)
 {
-	c->argc = 0;
-	for (size_t i = 0; i < c->len && c->argc < (int)ARRAY_SIZE(c->argv);) {
+	struct cmdline *c = calloc(1, sizeof(*c));
+
+	for (size_t i = 0; c && i < len && c->argc < (int)ARRAY_SIZE(c->argv);) {
 		/* The last argument may lack its NUL if the file was cut. */
-		const char *end = memchr(c->buf + i, 0, c->len - i);
+		const char *end = memchr(buf + i, 0, len - i);
 
 		if (!end)
 			break;
-		c->argv[c->argc++] = c->buf + i;
-		i = (size_t)(end - c->buf) + 1;
+		c->argv[c->argc++] = buf + i;
+		i = (size_t)(end - buf) + 1;
 	}
+	return c;
 }
 
-static int read_cmdline(pid_t pid, struct cmdline *c)
+static int read_cmdline(pid_t pid, unsigned char **buf, size_t *len)
 {
 	char path[64];
-	unsigned char *buf;
-	size_t len;
 	int fd, err;
 
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	err = ks_read_all_fd(fd, &buf, &len);
+	err = ks_read_all_fd(fd, buf, len);
 	close(fd);
-	if (err)
-		return err;
-	c->buf = (char *)buf;
-	c->len = len;
-	split_cmdline(c);
-	return 0;
+	return err;
 }
 
 static bool looks_like_qemu(const struct cmdline *c, pid_t pid)
@@ -333,32 +329,30 @@ static int find_sockets(const struct cmdline *c, pid_t pid, unsigned int flags,
 int ks_qmp_find_sockets(pid_t pid, unsigned int flags, char (*out)[PATH_MAX],
 			int max)
 {
-	struct cmdline *c = calloc(1, sizeof(*c));
-	int n;
+	struct cmdline *c;
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	int n = read_cmdline(pid, &buf, &len);
 
+	if (n)
+		return n;
+	c = split_cmdline((const char *)buf, len);
 	if (!c)
-		return -ENOMEM;
-	n = read_cmdline(pid, c);
-	if (!n)
+		n = -ENOMEM;
+	else
 		n = looks_like_qemu(c, pid) ? find_sockets(c, pid, flags, out, max)
 					    : -ENOTSUP;
-	free(c->buf);
 	free(c);
+	free(buf);
 	return n;
 }
 
 int ks_qmp_cmdline_sockets(const char *buf, size_t len, char (*out)[PATH_MAX],
 			   int max)
 {
-	struct cmdline *c = calloc(1, sizeof(*c));
-	int n;
+	struct cmdline *c = split_cmdline(buf, len);
+	int n = c ? find_sockets(c, 0, 0, out, max) : -ENOMEM;
 
-	if (!c)
-		return -ENOMEM;
-	c->buf = (char *)buf;	/* only read */
-	c->len = len;
-	split_cmdline(c);
-	n = find_sockets(c, 0, 0, out, max);
 	free(c);
 	return n;
 }
