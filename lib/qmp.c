@@ -344,12 +344,18 @@ static void scan_word(struct qmp_scan *c, char ch)
 	scan_text(c, c->is_double);
 }
 
+/* Is the container at c->depth an array (else an object, or none)? */
+static bool in_array(const struct qmp_scan *c)
+{
+	return c->arrays >> c->depth & 1;
+}
+
 /* A value begins in the container at c->depth. An array's elements are
  * slots of json-c's list, which it doubles: the widest list of a message
  * has its old and its new copy at once. */
 static void scan_value(struct qmp_scan *c)
 {
-	if (!(c->arrays >> c->depth & 1))
+	if (!in_array(c))
 		return;
 	if (++c->items[c->depth] > c->widest) {
 		c->widest = c->items[c->depth];
@@ -361,8 +367,7 @@ static void scan_value(struct qmp_scan *c)
  * entries per key; a small one's is the object's own. */
 static void scan_key(struct qmp_scan *c)
 {
-	if (!(c->arrays >> c->depth & 1) &&
-	    ++c->items[c->depth] > QMP_SMALL_OBJECT)
+	if (!in_array(c) && ++c->items[c->depth] > QMP_SMALL_OBJECT)
 		c->cost += QMP_COST_KEY;
 }
 
