@@ -50,9 +50,11 @@
 #define VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED (1 << 1)
 #endif
 
-/* Polls after the VMM exited in which libvirt may not have stored the
- * completed job yet (it stops QEMU as it confirms the migration). */
-#define LV_GONE_POLLS 2
+/* How long after the VMM exited libvirt may still call the migration
+ * running: it stops QEMU as it confirms the migration, and ends its job
+ * once QEMU's exit is handled (0.6 s was seen to be too short on a real
+ * KVM host, where the follower polls at 0.2 s). */
+#define LV_GONE_NS (5000 * 1000000ull)
 
 struct ks_follow_lv {
 	struct ks_lv_question qn;
@@ -60,7 +62,7 @@ struct ks_follow_lv {
 	char uri[256];
 	struct kvmstats_libvirt_guard *g, *own_g;
 	bool seen; /* libvirt said the pid is its instance */
-	int gone_polls; /* polls since the VMM exited */
+	uint64_t gone_ns; /* when a poll first found the VMM exited; 0 */
 	bool gone_told; /* its completed job was returned */
 };
 
@@ -264,9 +266,12 @@ int ks_follow_lv_poll(struct ks_follow_lv *l, bool gone,
 	int e;
 
 	/* A VMM gone before libvirt vouched for it was never ours to ask
-	 * about; once its end was told, there is no more. */
-	if (gone &&
-	    (!l->seen || l->gone_told || l->gone_polls++ >= LV_GONE_POLLS)) {
+	 * about; once its end was told, or libvirt never told it, there is
+	 * no more. */
+	if (gone && !l->gone_ns)
+		l->gone_ns = ks_now_ns();
+	if (gone && (!l->seen || l->gone_told ||
+		     ks_now_ns() - l->gone_ns > LV_GONE_NS)) {
 		ks_err(err, errsz, "pid %d exited", (int)l->qn.pid);
 		return -ESRCH;
 	}
