@@ -496,6 +496,10 @@ static size_t delta_encode(const struct wtarget *wt, const uint64_t *cur,
 	uint64_t *bits = (uint64_t *)out, *val = bits + nbits;
 	size_t n = 0;
 
+	/* Nothing moved, the common case: libc's memcmp compares a block
+	 * in the widest vectors the CPU has. */
+	if (!memcmp(cur, base, wt->words * 8))
+		return nbits * 8;
 	memset(bits, 0, nbits * 8);
 	for (size_t b = 0; b < wt->words; b += 8) {
 		size_t end = b + 8 < wt->words ? b + 8 : wt->words;
