@@ -63,7 +63,7 @@ SOCK=$TMP/tmux.sock
 ms() { echo $(($(date +%s%N) / 1000000)); }
 t0=$(ms)
 without_kvm tmux -S "$SOCK" new-session -d -x 100 -y 30 \
-	"$run 2>'$TMP/demo.err'; echo \$? >'$TMP/demo.rc'; sleep 30"
+	"$run 2>'$TMP/demo.err'; echo \$? >'$TMP/demo.part'; mv '$TMP/demo.part' '$TMP/demo.rc'; sleep 30"
 rc=$?
 check "tmux started in the namespace" test $rc = 0
 tmux_pid=$(tmux -S "$SOCK" display-message -p '#{pid}' 2>/dev/null)

@@ -140,7 +140,8 @@ TM kill-session -t replay
 cat >"$TMP/run.sh" <<EOF
 "$KVMSTATS" top ${PIDS[*]}
 echo "rc=\$?" >"$TMP/rc"
-stty -a >"$TMP/stty"
+# Written aside and renamed: wait_file must not see a file stty is still writing.
+stty -a >"$TMP/stty.part" && mv "$TMP/stty.part" "$TMP/stty"
 sleep 60
 EOF
 TM new-session -d -s top -x 80 -y 24 "bash $TMP/run.sh"
@@ -243,8 +244,8 @@ TM resize-window -t top -x 80 -y 24
 TM send-keys -t top q
 wait_file "$TMP/stty" 5
 check "q quits with status 0" grep -q "rc=0" "$TMP/rc"
-check "the terminal is restored (canonical mode, echo)" grep -Eq '(^| )icanon( |$)' "$TMP/stty" \
-	-a -n "$(grep -E '(^| )echo( |$)' "$TMP/stty")"
+canonical_echo() { grep -Eq '(^| )icanon( |$)' "$1" && grep -Eq '(^| )echo( |$)' "$1"; }
+check "the terminal is restored (canonical mode, echo)" canonical_echo "$TMP/stty"
 check "the screen is given back" wait_gone "kvmstats top" 5
 TM kill-session -t top
 
@@ -258,7 +259,7 @@ for g in "${GUESTS[@]}"; do kill -0 "$g" 2>/dev/null && left=$((left + 1)); done
 check "demo stopped every guest it started" test "$left" = 0
 
 # demo with its top: q ends both.
-TM new-session -d -s top -x 80 -y 24 "$KVMSTATS demo --vms 2; echo rc=\$? >$TMP/demo.rc; sleep 60"
+TM new-session -d -s top -x 80 -y 24 "$KVMSTATS demo --vms 2; echo rc=\$? >$TMP/demo.part; mv $TMP/demo.part $TMP/demo.rc; sleep 60"
 if wait_screen "^ +[0-9]+ demo" 20; then
 	pass "demo opens top on its guests"
 else
