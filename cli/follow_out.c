@@ -85,6 +85,8 @@ static void add_real(struct json_object *o, const struct kvmstats_migration *m)
 	jset(o, "status", json_object_new_string(m->status_name));
 	jset(o, "seconds",
 	     jsecs(m, KVMSTATS_MIGF_TOTAL_TIME, m->total_time_ms));
+	jset(o, "job_seconds",
+	     jsecs(m, KVMSTATS_MIGF_JOB_TIME, m->job_time_ms));
 	jset(o, "transferred_bytes",
 	     jfield(m, KVMSTATS_MIGF_TRANSFERRED, m->transferred));
 	jset(o, "remaining_bytes",

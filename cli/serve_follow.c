@@ -75,7 +75,9 @@ static const struct {
 } follow_gauges[FG_NR] = {
 	[FG_SECONDS] =
 		{"kvmstats_migration_last_seconds", "seconds",
-		 "Duration of the VM's last migration, QEMU's total-time"},
+		 "Duration of the VM's last migration, QEMU's total-time "
+		 "(through libvirt: its job less its phases before QEMU "
+		 "sent a byte)"},
 	[FG_BYTES] = {"kvmstats_migration_last_transferred_bytes", "bytes",
 		      "RAM bytes the VM's last migration sent, QEMU's "
 		      "ram.transferred"},

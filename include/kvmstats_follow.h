@@ -59,15 +59,24 @@ enum kvmstats_mig_field {
 	KVMSTATS_MIGF_PRECOPY_BYTES = 1u << 12,
 	KVMSTATS_MIGF_POSTCOPY_BYTES = 1u << 13,
 	KVMSTATS_MIGF_THROTTLE = 1u << 14,
+	KVMSTATS_MIGF_JOB_TIME = 1u << 15,
 };
 
 /* One answer of query-migrate. A field whose bit is not in @have was not
- * given: it is unknown, not 0. */
+ * given: it is unknown, not 0.
+ *
+ * Through libvirt, total_time_ms is derived: libvirt's job time
+ * (job_time_ms) includes its own phases before QEMU's migration (the
+ * destination's QEMU starting: seconds with no byte sent), so the follower
+ * takes QEMU's start as the midpoint between the last poll of the job
+ * with no byte sent and the first with some, and total_time_ms is known
+ * only when it saw both. */
 struct kvmstats_migration {
 	enum kvmstats_migst status;
 	char status_name[32];		/* QEMU's word */
 	unsigned int have;		/* KVMSTATS_MIGF_* */
-	uint64_t total_time_ms;		/* since it started (or its total) */
+	uint64_t total_time_ms;		/* QEMU's: since it started (or its total) */
+	uint64_t job_time_ms;		/* libvirt's job, its phases included */
 	uint64_t expected_downtime_ms, downtime_ms, setup_time_ms;
 	uint64_t transferred;		/* ram.transferred: bytes sent */
 	uint64_t remaining, total;	/* ram.remaining, ram.total (bytes) */

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct kvmstats_libvirt_guard;
@@ -28,6 +29,17 @@ int ks_follow_lv_open(struct ks_follow_lv **out, pid_t pid, const char *uri,
 int ks_follow_lv_poll(struct ks_follow_lv *l, bool gone,
 		      struct kvmstats_migration *m, char *err, size_t errsz);
 void ks_follow_lv_free(struct ks_follow_lv *l);
+
+/* Where QEMU's migration began in a libvirt job (kvmstats_follow.h): the
+ * job time of its last poll with no byte sent and of its first with. */
+struct ks_lv_lead {
+	uint64_t zero_ms, lead_ms;
+	bool zero_seen, lead_known;
+};
+
+/* Takes reading *@m (job_time_ms filled) into @s and derives its
+ * total_time_ms when QEMU's start is known. */
+void ks_follow_lv_lead(struct ks_lv_lead *s, struct kvmstats_migration *m);
 
 #ifdef HAVE_LIBVIRT
 #include <libvirt/libvirt.h>

@@ -155,7 +155,9 @@ static void test_follow_libvirt_params(void **state)
 	ks_follow_lv_take(&m, VIR_DOMAIN_JOB_COMPLETED, p, n);
 	assert_int_equal(m.status, KVMSTATS_MIGST_COMPLETED);
 	assert_string_equal(m.status_name, "completed");
-	assert_int_equal(m.total_time_ms, 9453);
+	/* libvirt's job time, not QEMU's total-time (ks_follow_lv_lead). */
+	assert_int_equal(m.job_time_ms, 9453);
+	assert_false(m.have & KVMSTATS_MIGF_TOTAL_TIME);
 	assert_int_equal(m.transferred, 9026838);
 	assert_int_equal(m.dirty_sync_count, 3);
 	assert_int_equal(m.throttle_percent, 20);
@@ -180,6 +182,64 @@ static void test_follow_libvirt_params(void **state)
 	assert_int_equal(m.status, KVMSTATS_MIGST_FAILED);
 	virTypedParamsFree(p, n);
 }
+
+/* A reading of a libvirt job: its status, job time and bytes sent (0:
+ * not given, as before QEMU's migration began). */
+static struct kvmstats_migration lv_reading(enum kvmstats_migst st,
+					    uint64_t job_ms, uint64_t sent)
+{
+	struct kvmstats_migration m = {.status = st,
+				       .have = KVMSTATS_MIGF_JOB_TIME,
+				       .job_time_ms = job_ms};
+
+	if (sent) {
+		m.transferred = sent;
+		m.have |= KVMSTATS_MIGF_TRANSFERRED;
+	}
+	return m;
+}
+
+static void assert_qemu_ms(struct ks_lv_lead *s, enum kvmstats_migst st,
+			   uint64_t job_ms, uint64_t sent, int64_t want)
+{
+	struct kvmstats_migration m = lv_reading(st, job_ms, sent);
+
+	ks_follow_lv_lead(s, &m);
+	if (want < 0) {
+		assert_false(m.have & KVMSTATS_MIGF_TOTAL_TIME);
+		return;
+	}
+	assert_true(m.have & KVMSTATS_MIGF_TOTAL_TIME);
+	assert_int_equal(m.total_time_ms, want);
+}
+
+/* QEMU's own time within libvirt's job: from the midpoint between the
+ * last poll with nothing sent and the first with bytes; unknown without
+ * both; a new job starts over. */
+static void test_follow_libvirt_lead(void **state)
+{
+	struct kvmstats_migration m = {.status = KVMSTATS_MIGST_ACTIVE};
+	struct ks_lv_lead s = {0};
+
+	(void)state;
+	/* Came late: the job already sends; QEMU's start is unknown. */
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 6000, 1000, -1);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_COMPLETED, 8900, 17400000, -1);
+	/* A new job: 4.8 s of libvirt's phases, polls 0.2 s apart. */
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 200, 0, -1);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 4800, 0, -1);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 5000, 400000, 100);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 7000, 8000000, 2100);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_COMPLETED, 8930, 17400000, 4030);
+	/* The completed job read again keeps its time. */
+	assert_qemu_ms(&s, KVMSTATS_MIGST_COMPLETED, 8930, 17400000, 4030);
+	/* The next job is measured from its own start. */
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 1000, 0, -1);
+	assert_qemu_ms(&s, KVMSTATS_MIGST_ACTIVE, 1400, 5000, 200);
+	/* A reading without libvirt's job time is left as it is. */
+	ks_follow_lv_lead(&s, &m);
+	assert_int_equal(m.have, 0);
+}
 #endif
 
 int main(void)
@@ -191,6 +251,7 @@ int main(void)
 		cmocka_unit_test(test_follow_completed),
 #ifdef HAVE_LIBVIRT
 		cmocka_unit_test(test_follow_libvirt_params),
+		cmocka_unit_test(test_follow_libvirt_lead),
 #endif
 	};
 
