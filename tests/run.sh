@@ -37,7 +37,8 @@
 # and an integration script needs one.
 #
 # Outside the lab every integration script runs with the release CLI and
-# again with the ASan+UBSan one; in the lab (everything 5-20x slower) once,
+# again with the ASan+UBSan one (a QEMU script there with the further
+# QEMU, see san_qemu); in the lab (everything 5-20x slower) once,
 # with the ASan+UBSan CLI, and the QEMU 10 pass uses the release one.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -189,16 +190,43 @@ script_pass() {
 	done
 	[ -x build-san/kvmstats ] || return 0
 	for t in "$@"; do
-		tag "$t" nosan || san_run "$t"
+		sans "$t" && san_run "$t"
 	done
+	return 0
 }
 
-# san_run SCRIPT: one integration script with the ASan+UBSan CLI.
+# san_run SCRIPT: one integration script with the ASan+UBSan CLI; a
+# QEMU-tagged one with QEMU $SAN_QEMU when kvm_suite set it.
 san_run() {
-	run "asan+ubsan $(basename "$1" .sh)" 1200 env \
+	local name qemu=()
+	name="asan+ubsan $(basename "$1" .sh)"
+	if [ -n "${SAN_QEMU:-}" ] && tag "$1" qemu; then
+		name="asan+ubsan qemu-$SAN_QEMU $(basename "$1" .sh)"
+		qemu=(KVMSTATS_QEMU="$SAN_QEMU_W")
+	fi
+	run "$name" 1200 env "${qemu[@]}" \
 		KVMSTATS="$ROOT/build-san/kvmstats" \
 		KVMSTATS_TINYVMM="$ROOT/build/tinyvmm" \
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 bash "$1"
+}
+
+# sans SCRIPT: does script_pass run SCRIPT with the ASan+UBSan CLI?
+sans() { [ -x build-san/kvmstats ] && ! tag "$1" nosan; }
+
+# san_qemu: on a machine's own KVM the ASan+UBSan pass runs the QEMU
+# scripts with the last further QEMU (10.0), and its pass of them with
+# the release CLI is not run again: each QEMU is met once, by one of the
+# two CLIs (the release one with the system's QEMU). Two passes of every
+# QEMU script with 10.0 cost 9-10 min of CI's time, the ASan one being a
+# full pass too. Sets SAN_QEMU (the version) and SAN_QEMU_W (its binary).
+san_qemu() {
+	local v
+	SAN_QEMU=""
+	for v in $QEMU_VERSIONS; do
+		[ "$v" = system ] && continue
+		qemu_wrapper "$v" || continue
+		SAN_QEMU=$v SAN_QEMU_W=$QEMU_W
+	done
 }
 
 # script_once SCRIPT...: each script once, with the ASan+UBSan CLI but
@@ -216,7 +244,8 @@ script_once() {
 }
 
 # qemu_pass SCRIPT...: the QEMU-based scripts again with each QEMU but
-# the system's (release CLI only: the ASan pass covers the code).
+# the system's (release CLI only: the ASan pass covers the code), but
+# those the ASan pass ran with it (san_qemu).
 qemu_pass() {
 	local v t
 	for v in $QEMU_VERSIONS; do
@@ -224,6 +253,7 @@ qemu_pass() {
 		qemu_wrapper "$v" || continue
 		for t in "$@"; do
 			tag "$t" qemu || continue
+			[ "$v" = "${SAN_QEMU:-}" ] && sans "$t" && continue
 			run "qemu-$v $(basename "$t" .sh)" 1200 \
 				env KVMSTATS_QEMU="$QEMU_W" bash "$t"
 		done
@@ -437,10 +467,12 @@ kvm_suite() {
 	local set=kvm
 	[ -n "${1:-}" ] && set="kvm stock-kvm"
 	unit_pass kvm
+	san_qemu
 	# shellcheck disable=SC2046
 	script_pass $(for n in $set; do scripts "$n"; done)
 	# shellcheck disable=SC2046
 	qemu_pass $(for n in $set; do scripts "$n" qemu; done)
+	SAN_QEMU=""
 }
 
 # inner_item ITEM: one of lab_items', inside the lab.
