@@ -191,6 +191,8 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	}
 	snprintf(v, sizeof(v), "%u.%u", s->qemu_major, s->qemu_minor);
 	jset(pred, "qemu_version", s->qemu_major ? jstr(v) : NULL);
+	jset(pred, "qemu_version_source",
+	     s->qemu_major ? jstr(kvmstats_mig_src_str(s->version_src)) : NULL);
 	jset(pred, "settings", set);
 	jset(pred, "mechanism", jstr(d->mechanism ? d->mechanism : "legacy"));
 	jset(pred, "effective_bandwidth_bytes_per_second", jnum(d->effective_bw));
@@ -360,6 +362,19 @@ static void print_row(const struct vm_row *row, int rank)
 	       conv_str(r->pred.verdict), cost);
 }
 
+/* Where QEMU's monitor was not read: what the settings are instead. */
+static void print_not_read(const struct vm_row *row)
+{
+	const struct kvmstats_migrate_settings *s = kvmstats_plan__settings(row->p);
+
+	if (s->qemu_major && s->version_src == KVMSTATS_MIG_SRC_QMP)
+		return;
+	printf("\npid %d: QEMU's migration settings were not read: %s; the "
+	       "options over them%s\n", (int)row->pid,
+	       row->res->settings_note[0] ? safe_str(row->res->settings_note) : "no QMP",
+	       s->qemu_major ? "" : "; its version unknown, QEMU 7.2's ways");
+}
+
 /* -v: the settings the model used and where each came from. */
 static void print_settings(const struct kvmstats_plan *p)
 {
@@ -368,8 +383,9 @@ static void print_settings(const struct kvmstats_plan *p)
 	char v[32];
 
 	if (s->qemu_major)
-		printf("  migration: %s, QEMU %u.%u, at %.1f MiB/s\n", d->mechanism,
-		       s->qemu_major, s->qemu_minor, d->effective_bw / 1048576.0);
+		printf("  migration: %s, QEMU %u.%u (%s), at %.1f MiB/s\n", d->mechanism,
+		       s->qemu_major, s->qemu_minor, kvmstats_mig_src_str(s->version_src),
+		       d->effective_bw / 1048576.0);
 	else
 		printf("  migration: %s, QEMU version unknown (7.2 assumed), at %.1f MiB/s\n",
 		       d->mechanism, d->effective_bw / 1048576.0);
@@ -528,13 +544,8 @@ void plan_print_table(struct cli *cli, const struct plan_args *a,
 		if (rows[i].p)
 			print_estimates(&rows[i], cli->verbose > 0);
 	for (size_t i = 0; i < n; i++)
-		if (rows[i].p && rows[i].res->predicted &&
-		    !kvmstats_plan__settings(rows[i].p)->qemu_major)
-			printf("\npid %d: QEMU's migration settings were not read: "
-			       "%s; QEMU 7.2's defaults where nothing else said, and "
-			       "the options\n", (int)rows[i].pid,
-			       rows[i].res->settings_note[0] ?
-				       safe_str(rows[i].res->settings_note) : "no QMP");
+		if (rows[i].p && rows[i].res->predicted)
+			print_not_read(&rows[i]);
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].p && rows[i].res->predicted &&
 		    kvmstats_plan__detail(rows[i].p)->not_modelled[0])

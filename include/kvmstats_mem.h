@@ -603,6 +603,8 @@ enum kvmstats_mig_src {
 	KVMSTATS_MIG_SRC_OPTION,	/* the caller's override */
 	KVMSTATS_MIG_SRC_LIBVIRT,	/* libvirt's, for a domain whose
 					 * monitor it holds (the speed) */
+	KVMSTATS_MIG_SRC_EXECUTABLE,	/* the VMM's executable (QEMU's
+					 * version, where QMP was not read) */
 };
 
 enum kvmstats_mig_compress {
@@ -658,6 +660,7 @@ struct kvmstats_migrate_settings {
 	double postcopy_bw;		/* bytes/s; 0: unlimited (the default) */
 	unsigned int throttle_trigger;	/* percent (50 by default) */
 	bool throttle_tailslow;
+	enum kvmstats_mig_src version_src;	/* of qemu_major/minor */
 };
 
 /* What the caller says the migration will be run with (0 / -1: not

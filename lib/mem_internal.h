@@ -217,6 +217,19 @@ void ks_migrate_defaults(struct kvmstats_migrate_settings *s);
 void ks_migrate_override(struct kvmstats_migrate_settings *s,
 			 const struct kvmstats_migrate_overrides *o);
 
+/* qemu_exe.c: QEMU's version as its executable names it: X.Y of the
+ * first "QEMU emulator version X.Y" in @buf's @len bytes, or in the file
+ * @fd (-ENOENT: none; -EFBIG, -ETIMEDOUT); and as the executable of @pid
+ * names it, into @s with its source (-errno, with @why where there is
+ * more to say). */
+int ks_version_in(const char *buf, size_t len, unsigned int *major,
+		  unsigned int *minor);
+int ks_exe_version_scan(int fd, uint64_t deadline, unsigned int *major,
+			unsigned int *minor);
+int ks_qemu_exe_version(pid_t pid, uint64_t deadline,
+			struct kvmstats_migrate_settings *s, char *why,
+			size_t len);
+
 /* migrate_libvirt.c: a libvirt domain's migration speed (its monitor
  * is libvirt's), over @s where libvirt gave it.
  * libvirt's speed when none was set is its "unlimited" (8796093022207

@@ -45,23 +45,39 @@ static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
 	return err;
 }
 
+/* "QEMU 10.0's defaults" when its executable named the version, else
+ * "QEMU's defaults" (7.2's are taken), and why the version is unknown. */
+static const char *defaults_of(const struct kvmstats_migrate_settings *s,
+			       const char *why, char *buf, size_t len)
+{
+	if (s->qemu_major)
+		snprintf(buf, len, "QEMU %u.%u's defaults", s->qemu_major,
+			 s->qemu_minor);
+	else
+		snprintf(buf, len, "QEMU's defaults%s%.60s%s", why[0] ? " (" : "",
+			 why, why[0] ? ")" : "");
+	return buf;
+}
+
 /* What libvirt says of a domain whose monitor it holds, over QEMU's
  * defaults; and the note that says where the settings came from. */
-static void libvirt_base(struct kvmstats_plan *p, unsigned int timeout_ms)
+static void libvirt_base(struct kvmstats_plan *p, unsigned int timeout_ms,
+			 const char *exe_why)
 {
 	struct ks_libvirt_mig lv;
-	char *note = p->res.settings_note;
+	char *note = p->res.settings_note, buf[96];
 	size_t len = sizeof(p->res.settings_note);
 	int err = ks_migrate_libvirt(p->res.pid, p->o.libvirt_uri, timeout_ms,
 				     p->o.libvirt_guard, &p->base, &lv);
+	const char *dflt = defaults_of(&p->base, exe_why, buf, sizeof(buf));
 
 	if (err == -ENOENT && !lv.why[0])
-		snprintf(note, len, "QEMU's monitor was not read (%.150s): "
-			 "QEMU's defaults", kvmstats_ram__note(p->ram));
+		snprintf(note, len, "QEMU's monitor was not read (%.100s): %.90s",
+			 kvmstats_ram__note(p->ram), dflt);
 	else if (err)
 		snprintf(note, len, "QEMU's monitor was not read and libvirt "
-			 "did not say (%.150s): QEMU's defaults",
-			 lv.why[0] ? lv.why : strerror(-err));
+			 "did not say (%.100s): %.90s",
+			 lv.why[0] ? lv.why : strerror(-err), dflt);
 	else if (lv.speed_unlimited)
 		snprintf(note, len, "libvirt's migration speed is unlimited (its "
 			 "default: the link decides, not known here): taken as "
@@ -69,21 +85,29 @@ static void libvirt_base(struct kvmstats_plan *p, unsigned int timeout_ms)
 			 lv.why[0] ? "; " : "", lv.why);
 	else
 		snprintf(note, len, "libvirt holds QEMU's monitor: its migration "
-			 "speed, QEMU's defaults for the rest (--downtime gives "
-			 "the limit)%s%.100s", lv.why[0] ? "; " : "", lv.why);
+			 "speed, %.90s for the rest (--downtime gives "
+			 "the limit)%s%.60s", dflt, lv.why[0] ? "; " : "", lv.why);
 }
 
 /* The settings before the options: QEMU's (over QMP), else libvirt's
- * where it holds the monitor, over QEMU's defaults. */
+ * where it holds the monitor, over the defaults of the version QEMU's
+ * executable names. */
 static void read_base(struct kvmstats_plan *p, unsigned int timeout_ms)
 {
+	char why[64] = "";
+
 	if (kvmstats_ram__max_bandwidth(p->ram) || p->ram->mig_read) {
 		p->base = p->ram->mig;
 		return;
 	}
 	memset(&p->base, 0, sizeof(p->base));
+	/* The file is read from the page cache in ms (1.5 ms for 7.2's
+	 * 18 MB here); a cold disk gets the question's timeout. */
+	ks_qemu_exe_version(p->res.pid,
+			    ks_now_ns() + (uint64_t)(timeout_ms ? timeout_ms : 1000) * 1000000,
+			    &p->base, why, sizeof(why));
 	ks_migrate_defaults(&p->base);
-	libvirt_base(p, timeout_ms);
+	libvirt_base(p, timeout_ms, why);
 }
 
 /* The settings: read_base()'s, the options over them. */

@@ -73,6 +73,8 @@ const char *kvmstats_mig_src_str(enum kvmstats_mig_src s)
 		return "option";
 	case KVMSTATS_MIG_SRC_LIBVIRT:
 		return "libvirt";
+	case KVMSTATS_MIG_SRC_EXECUTABLE:
+		return "executable";
 	}
 	return "unknown";
 }
@@ -151,10 +153,12 @@ int kvmstats_migrate_settings__value(const struct kvmstats_migrate_settings *s,
 void ks_migrate_defaults(struct kvmstats_migrate_settings *s)
 {
 	unsigned int maj = s->qemu_major, min = s->qemu_minor;
+	enum kvmstats_mig_src vsrc = s->version_src;
 
 	memset(s, 0, sizeof(*s));
 	s->qemu_major = maj;
 	s->qemu_minor = min;
+	s->version_src = vsrc;
 	s->bandwidth = (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
 	s->downtime_s = KVMSTATS_QEMU_DOWNTIME_MS / 1e3;
 	s->channels = 2;
@@ -303,6 +307,7 @@ static void version(struct kvmstats_migrate_settings *s, struct json_object *o)
 		return;
 	s->qemu_major = (unsigned int)maj;
 	s->qemu_minor = (unsigned int)min;
+	s->version_src = KVMSTATS_MIG_SRC_QMP;
 }
 
 /* The three queries, in the exchange mem_regions.c holds; every one is

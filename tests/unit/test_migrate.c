@@ -2,9 +2,13 @@
 /*
  * The migration settings (names, values, defaults per QEMU version, the
  * options over QEMU's), the multifd model's accounting per version, and
- * how `follow` reads QEMU's query-migrate.
+ * how `follow` reads QEMU's query-migrate; QEMU's version as its
+ * executable names it.
  */
 #include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -129,6 +133,69 @@ static void test_follow_completed(void **state)
 	assert_int_equal(ms, 900);
 }
 
+static void assert_version_in(const char *text, int err, unsigned int maj,
+			      unsigned int min)
+{
+	unsigned int a = 0, b = 0;
+
+	assert_int_equal(ks_version_in(text, strlen(text), &a, &b), err);
+	assert_int_equal(a, maj);
+	assert_int_equal(b, min);
+}
+
+/* The string QEMU prints for --version, found whole in any bytes, never
+ * half of it. */
+static void test_exe_version_in(void **state)
+{
+	(void)state;
+	assert_version_in("\x7f" "ELF..QEMU emulator version 10.0.13 (Debian 1:10.0.13+ds-1)",
+			  0, 10, 0);
+	assert_version_in("QEMU emulator version 7.2.22 (Debian)", 0, 7, 2);
+	/* A bad one first, then the real one. */
+	assert_version_in("QEMU emulator version %s\nQEMU emulator version 9.2.0", 0, 9, 2);
+	/* Cut at the buffer's end: not "10.1" of a "10.12". */
+	assert_version_in("QEMU emulator version 10.1", -ENOENT, 0, 0);
+	assert_version_in("QEMU emulator version 10.", -ENOENT, 0, 0);
+	assert_version_in("QEMU emulator version 10", -ENOENT, 0, 0);
+	/* Numbers no QEMU has. */
+	assert_version_in("QEMU emulator version 0.15.1 ", -ENOENT, 0, 0);
+	assert_version_in("QEMU emulator version 12345.1 ", -ENOENT, 0, 0);
+	assert_version_in("QEMU emulator version 1.12345 ", -ENOENT, 0, 0);
+	assert_version_in("qemu-system-x86_64 version 10.0.0 ", -ENOENT, 0, 0);
+	assert_version_in("", -ENOENT, 0, 0);
+}
+
+/* A file of 3 MiB read in chunks of 1 MiB: a string across two chunks
+ * is found, one cut by the file's end is not. */
+static void test_exe_version_scan(void **state)
+{
+	static const char v[] = "QEMU emulator version 10.0.13 (Debian)";
+	const size_t mib = 1u << 20;
+	unsigned int maj = 0, min = 0;
+	char *buf = calloc(1, 3 * mib);
+	int fd = memfd_create("qemu", 0);
+
+	(void)state;
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, buf, 3 * mib, 0), (ssize_t)(3 * mib));
+	assert_int_equal(ks_exe_version_scan(fd, UINT64_MAX, &maj, &min), -ENOENT);
+	/* The prefix ends 3 bytes before the second chunk: found whole. */
+	assert_int_equal(pwrite(fd, v, sizeof(v) - 1, 2 * mib - 25), (ssize_t)sizeof(v) - 1);
+	assert_int_equal(ks_exe_version_scan(fd, UINT64_MAX, &maj, &min), 0);
+	assert_int_equal(maj, 10);
+	assert_int_equal(min, 0);
+	/* At the very end of the file, its minor cut: not found. */
+	assert_int_equal(pwrite(fd, buf, mib, 2 * mib - mib / 2), (ssize_t)mib);
+	assert_int_equal(pwrite(fd, v, 25, 3 * mib - 25), 25);
+	maj = min = 0;
+	assert_int_equal(ks_exe_version_scan(fd, UINT64_MAX, &maj, &min), -ENOENT);
+	/* Past the deadline: said, after the first chunk. */
+	assert_int_equal(ks_exe_version_scan(fd, 0, &maj, &min), -ETIMEDOUT);
+	close(fd);
+	free(buf);
+}
+
 #ifdef HAVE_LIBVIRT
 /* libvirt's job parameters onto the reading query-migrate fills: what
  * libvirt gives, converted; what it does not, unknown. */
@@ -249,6 +316,8 @@ int main(void)
 		cmocka_unit_test(test_defaults_and_overrides),
 		cmocka_unit_test(test_multifd_accounting),
 		cmocka_unit_test(test_follow_completed),
+		cmocka_unit_test(test_exe_version_in),
+		cmocka_unit_test(test_exe_version_scan),
 #ifdef HAVE_LIBVIRT
 		cmocka_unit_test(test_follow_libvirt_params),
 		cmocka_unit_test(test_follow_libvirt_lead),
