@@ -41,7 +41,9 @@
 extern "C" {
 #endif
 
-#define KVMSTATS_LOG_VERSION 1
+/* The version new files are written in; version 1 files are read and
+ * appended to as version 1. */
+#define KVMSTATS_LOG_VERSION 2
 
 /* ---------------------------------------------------------------------
  * Targets: who a data block belongs to.

@@ -130,6 +130,8 @@ static int prepare(struct log_file *f, bool truncate, char *errbuf, size_t errsz
 					      : "is a log of another version or byte order");
 			return err;
 		}
+		/* (a short header is made again below) */
+		f->version = h.version;
 	}
 	if (truncate && f->size) {
 		if (ftruncate(f->fd, 0))
@@ -146,6 +148,7 @@ static int prepare(struct log_file *f, bool truncate, char *errbuf, size_t errsz
 			return err;
 		}
 		f->size = sizeof(h);
+		f->version = h.version;
 	}
 	/* Records start 8-aligned; a writer killed mid-record may have left
 	 * the end anywhere. */

@@ -13,6 +13,7 @@ struct log_file {
 	const char *path;	/* the caller's */
 	int fd;			/* -1 when closed */
 	uint64_t size;		/* bytes in the file */
+	uint32_t version;	/* of its header: what the writer may write */
 	dev_t dev;		/* of the file held */
 	ino_t ino;
 };

@@ -42,8 +42,8 @@ int log_file_hdr_check(const struct log_file_hdr *h)
 {
 	if (memcmp(h->magic, LOG_MAGIC, sizeof(h->magic)) || h->crc != hdr_crc(h))
 		return -EINVAL;
-	if (h->endian != LOG_ENDIAN || h->version != KVMSTATS_LOG_VERSION ||
-	    h->hdr_size != sizeof(*h))
+	if (h->endian != LOG_ENDIAN || h->version < LOG_VERSION_MIN ||
+	    h->version > KVMSTATS_LOG_VERSION || h->hdr_size != sizeof(*h))
 		return -EPROTONOSUPPORT;
 	return 0;
 }
@@ -56,13 +56,11 @@ uint64_t log_realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int log_buf_reserve(struct log_buf *b, size_t more)
+int log_buf_grow(struct log_buf *b, size_t more)
 {
 	size_t cap = b->cap ? b->cap : 4096;
 	void *p;
 
-	if (b->len + more <= b->cap)
-		return 0;
 	while (cap < b->len + more)
 		cap *= 2;
 	p = realloc(b->p, cap);

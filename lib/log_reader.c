@@ -444,15 +444,47 @@ static int decode_entry(const struct log_entry *le, const unsigned char *p,
 	return 0;
 }
 
+/* The entry header at @p (@avail bytes to the record's end), long or
+ * short (version 2: its base the sample before @seq), as a long one in
+ * @le; its size, or 0 when it does not fit or is malformed. */
+static size_t entry_header(const unsigned char *p, size_t avail, uint64_t seq,
+			   struct log_entry *le)
+{
+	struct log_entry_short se;
+
+	if (avail < sizeof(se))
+		return 0;
+	memcpy(&se, p, sizeof(se));
+	if (!(se.tid & ENTRY_SHORT)) {
+		if (avail < sizeof(*le))
+			return 0;
+		memcpy(le, p, sizeof(*le));
+		avail -= sizeof(*le);
+		return le->len > avail || le->len % 8 ? 0 : sizeof(*le);
+	}
+	*le = (struct log_entry){
+		.tid = se.tid & ENTRY_SHORT_TID_MAX,
+		.len = se.len,
+		.flags = se.tid & ENTRY_SHORT_DELTA ? ENTRY_DELTA : ENTRY_SAME,
+		.base = seq - 1,
+	};
+	avail -= sizeof(se);
+	if (le->len > avail || le->len % 8 ||
+	    (le->flags == ENTRY_SAME && le->len))
+		return 0;
+	return sizeof(se);
+}
+
 static int on_sample(struct kvmstats_log_reader *r)
 {
 	const struct log_sample *s = (const void *)r->src.rec.p;
 	const unsigned char *p = r->src.rec.p + sizeof(*s);
 	const unsigned char *end = r->src.rec.p + r->src.rec.len;
+	struct log_entry le;
 	size_t k = 0;
 
 	if (r->src.rec.len < sizeof(*s) ||
-	    s->count > r->src.rec.len / sizeof(struct log_entry))
+	    s->count > r->src.rec.len / sizeof(struct log_entry_short))
 		return -EBADMSG;
 	if (s->count > r->centries) {
 		void *e = realloc(r->entries, s->count * sizeof(*r->entries));
@@ -463,22 +495,21 @@ static int on_sample(struct kvmstats_log_reader *r)
 		r->centries = s->count;
 	}
 	for (uint32_t i = 0; i < s->count; i++) {
-		const struct log_entry *le = (const void *)p;
+		size_t hdr = entry_header(p, (size_t)(end - p), s->seq, &le);
 		struct rtarget *t;
 		int err;
 
-		if ((size_t)(end - p) < sizeof(*le) ||
-		    le->len > (size_t)(end - p) - sizeof(*le) || le->len % 8)
+		if (!hdr)
 			return -EBADMSG;
-		p += sizeof(*le);
-		t = map_get(&r->by_tid, le->tid);
+		p += hdr;
+		t = map_get(&r->by_tid, le.tid);
 		if (t) {
-			err = decode_entry(le, p, s->seq, t, &r->entries[k]);
+			err = decode_entry(&le, p, s->seq, t, &r->entries[k]);
 			if (err)
 				return err;
 			k++;
 		}
-		p += le->len;
+		p += le.len;
 	}
 	r->nentries = k;
 	r->time_ns = s->time_ns;

@@ -25,7 +25,8 @@
  * What is left (bench/record): reading the block back costs 0.1-0.18x
  * of a pread by itself on kvm_pvm, where nothing stays in the L1 across
  * a system call; the compare with the copy and the entry about as much;
- * writing and checksumming 24 bytes per fd 0.08x.
+ * writing and checksumming 8 bytes per unchanged fd (24 before the short
+ * entries of version 2: 0.08x, now about 0.03x).
  */
 #include <errno.h>
 #include <stdlib.h>

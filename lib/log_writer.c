@@ -58,7 +58,7 @@ struct wtarget {
 	uint64_t base_time;
 	uint64_t base_seq;		/* its sample; 0: write a key entry */
 	uint64_t seen;			/* seq of the last sample it was in */
-	uint32_t since_key;
+	uint32_t deltas_left; /* before the next key entry */
 	size_t index;			/* in w->targets */
 	bool emitted;			/* TARGET record in the current file */
 	bool gone;			/* GONE record still to write */
@@ -252,8 +252,6 @@ static struct wtarget *target_new(struct kvmstats_log_writer *w,
 	wt->data_size = s->data_size;
 	wt->words = s->data_size % 8 ? 0 : s->data_size / 8;
 	wt->missing_words = (s->num + 63) / 64;
-	/* Spread key entries over the interval instead of all at once. */
-	wt->since_key = wt->t.tid;
 	if (!wt->t.name || !wt->t.id || !wt->t.source)
 		goto err;
 	if (strlen(wt->t.name) >= UINT16_MAX || strlen(wt->t.id) >= UINT16_MAX ||
@@ -518,23 +516,20 @@ static size_t delta_encode(const struct wtarget *wt, const uint64_t *cur,
 	return (nbits + n) * 8;
 }
 
-static bool key_due(const struct kvmstats_log_writer *w, const struct wtarget *wt)
+static bool key_due(const struct wtarget *wt)
 {
-	unsigned int every = w->o.keyframe_interval ? w->o.keyframe_interval : 256;
-
-	return !wt->base_seq || !wt->words || wt->since_key % every == 0;
+	return !wt->base_seq || !wt->words || !wt->deltas_left;
 }
 
 /* What the next delta of @wt is taken against, or NULL for a key entry.
  * A reader's target (@cur set) compares with the reader's previous
  * sample when that is the very one last written: no second copy of its
  * data to keep warm in the cache. */
-static uint64_t *delta_base(const struct kvmstats_log_writer *w,
-			    const struct wtarget *wt,
+static uint64_t *delta_base(const struct wtarget *wt,
 			    const struct kvmstats_sample *cur,
 			    const struct kvmstats_sample *prev)
 {
-	if (key_due(w, wt))
+	if (key_due(wt))
 		return NULL;
 	if (!cur)
 		return wt->base_own ? wt->base : NULL;
@@ -544,19 +539,62 @@ static uint64_t *delta_base(const struct kvmstats_log_writer *w,
 	return NULL;
 }
 
-/* A key entry: the whole block. A generic target keeps its own copy. */
-static int put_key(struct wtarget *wt, const void *data, unsigned char *p,
+/* A key entry: the whole block. A generic target keeps its own copy.
+ * After a target's first key entry (in a file, or after a gap) the next
+ * comes sooner by its tid: targets that began together spread their key
+ * entries over the interval instead of all writing one in one sample. */
+static int put_key(const struct kvmstats_log_writer *w, struct wtarget *wt,
+		   const void *data, unsigned char *p,
 		   const struct kvmstats_sample *cur)
 {
+	unsigned int every =
+		w->o.keyframe_interval ? w->o.keyframe_interval : 256;
+
 	memcpy(p, data, wt->data_size);
 	memset(p + wt->data_size, 0, pad8(wt->data_size) - wt->data_size);
-	wt->since_key = 1;
+	wt->deltas_left = every - 1 - (wt->base_seq ? 0 : wt->t.tid % every);
 	/* base is there whenever words is (wtarget_alloc()). */
 	if (cur || !wt->words || !wt->base)
 		return 0;
 	memcpy(wt->base, data, wt->data_size);
 	wt->base_own = true;
 	return 0;
+}
+
+/* Can @wt's delta against @base go with a short header (version 2)? */
+static bool short_ok(const struct kvmstats_log_writer *w,
+		     const struct wtarget *wt, const uint64_t *base,
+		     const uint64_t *missing)
+{
+	return base && !missing && w->f.version >= 2 &&
+	       wt->base_seq + 1 == w->seq && wt->t.tid <= ENTRY_SHORT_TID_MAX;
+}
+
+/* A delta, its bitmap and words written at @p: the header's flags, and
+ * where the body ends. */
+static unsigned char *put_delta(struct wtarget *wt, const void *data,
+				uint64_t *base, unsigned char *p,
+				uint32_t *flags)
+{
+	size_t len = delta_encode(wt, data, base, base == wt->base, p);
+
+	wt->deltas_left--;
+	*flags = len > (wt->words + 63) / 64 * 8 ? ENTRY_DELTA : ENTRY_SAME;
+	return *flags == ENTRY_DELTA ? p + len : p;
+}
+
+/* The short header of a delta (version 2). */
+static void put_short(struct kvmstats_log_writer *w, const struct wtarget *wt,
+		      size_t at, const unsigned char *end, uint32_t flags)
+{
+	struct log_entry_short e = {
+		.tid = wt->t.tid | ENTRY_SHORT |
+		       (flags == ENTRY_DELTA ? ENTRY_SHORT_DELTA : 0),
+		.len = (uint32_t)(end - (w->smp.p + at + sizeof(e))),
+	};
+
+	memcpy(w->smp.p + at, &e, sizeof(e));
+	w->smp.len = at + sizeof(e) + e.len;
 }
 
 static int add_entry(struct kvmstats_log_writer *w, struct wtarget *wt,
@@ -567,29 +605,26 @@ static int add_entry(struct kvmstats_log_writer *w, struct wtarget *wt,
 	size_t room = sizeof(struct log_entry) + pad8(wt->data_size) +
 		      ((wt->words + 63) / 64 + wt->missing_words) * 8;
 	struct log_entry e = { .tid = wt->t.tid, .error = error };
-	uint64_t *base;
+	uint64_t *base = error || !data ? NULL : delta_base(wt, cur, prev);
+	bool is_short = !error && data && short_ok(w, wt, base, missing);
 	unsigned char *p;
 	size_t at;
 
 	if (log_buf_reserve(&w->smp, room))
 		return -ENOMEM;
 	at = w->smp.len;
-	p = w->smp.p + at + sizeof(e);
+	p = w->smp.p + at +
+	    (is_short ? sizeof(struct log_entry_short) : sizeof(e));
 	if (error || !data) {
 		e.error = error ? error : -ENODATA;
-	} else if (!(base = delta_base(w, wt, cur, prev))) {
+	} else if (!base) {
 		e.flags = ENTRY_KEY;
-		if (put_key(wt, data, p, cur))
+		if (put_key(w, wt, data, p, cur))
 			return -ENOMEM;
 		p += pad8(wt->data_size);
 	} else {
-		size_t len = delta_encode(wt, data, base, base == wt->base, p);
-
 		e.base = wt->base_seq;
-		e.flags = len > (wt->words + 63) / 64 * 8 ? ENTRY_DELTA : ENTRY_SAME;
-		if (e.flags == ENTRY_DELTA)
-			p += len;
-		wt->since_key++;
+		p = put_delta(wt, data, base, p, &e.flags);
 	}
 	if (!e.error) {
 		wt->base_seq = w->seq;
@@ -604,10 +639,14 @@ static int add_entry(struct kvmstats_log_writer *w, struct wtarget *wt,
 			p += wt->missing_words * 8;
 		}
 	}
+	w->count++;
+	if (is_short) {
+		put_short(w, wt, at, p, e.flags);
+		return 0;
+	}
 	e.len = (uint32_t)(p - (w->smp.p + at + sizeof(e)));
 	memcpy(w->smp.p + at, &e, sizeof(e));
 	w->smp.len = at + sizeof(e) + e.len;
-	w->count++;
 	return 0;
 }
 

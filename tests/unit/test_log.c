@@ -2,16 +2,20 @@
 /*
  * The statistics log: what the writer writes, the reader returns, byte for
  * byte, across targets that come and go, failed reads, key and delta
- * entries, rotation, reopening, damage and truncation at every offset.
+ * entries, rotation, reopening, damage and truncation at every offset;
+ * an older version's file appended to in its own version.
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
+#include <zlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "unit.h"
 #include "kvmstats_log.h"
+#include "../../lib/log_format.h"
 
 #define F(t, u, b) KVMSTATS_FLAGS(KVMSTATS_TYPE_##t, KVMSTATS_UNIT_##u, KVMSTATS_BASE_##b)
 
@@ -428,6 +432,142 @@ static void test_append_lock_and_foreign(void **state)
 	assert_int_equal(errno, EINVAL);
 }
 
+static off_t file_size(const char *p)
+{
+	struct stat st;
+
+	assert_int_equal(stat(p, &st), 0);
+	return st.st_size;
+}
+
+/* An empty log whose header says @version. */
+static void write_header(uint32_t version)
+{
+	struct log_file_hdr h;
+	int fd;
+
+	log_file_hdr_init(&h);
+	h.version = version;
+	h.crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)&h,
+				offsetof(struct log_file_hdr, crc));
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, &h, sizeof(h)), (ssize_t)sizeof(h));
+	close(fd);
+}
+
+/* A version 1 file (an older writer's) is appended to in version 1: its
+ * header kept, no short entry (the file is as long as long entries make
+ * it), every sample read back. A later version's file is refused. */
+static void test_version1_append(void **state)
+{
+	struct kvmstats_log_writer *w;
+	struct kvmstats_log_reader *r;
+	struct log_file_hdr h;
+	uint64_t v2_size, v1_size;
+	int fd, k = 0;
+
+	(void)state;
+	write_log(20, 0, NULL);
+	v2_size = (uint64_t)file_size(path);
+	write_header(1);
+	w = open_writer(0, 0, 0, 0);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(write_sample(w, i), 0);
+	assert_int_equal(kvmstats_log_writer__close(w), 0);
+	v1_size = (uint64_t)file_size(path);
+	/* 16 bytes more for each entry past a target's first few. */
+	assert_true(v1_size > v2_size + 16 * 19 * 3);
+	fd = open(path, O_RDONLY);
+	assert_int_equal(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	assert_int_equal(h.version, 1);
+	r = open_reader(path);
+	while (kvmstats_log_reader__next(r) == 1)
+		check_sample(r, k++);
+	assert_int_equal(k, 20);
+	assert_int_equal(kvmstats_log_reader__corrupt(r), 0);
+	kvmstats_log_reader__close(r);
+
+	write_header(KVMSTATS_LOG_VERSION + 1);
+	assert_null(kvmstats_log_writer__open(ctx, path, NULL));
+	assert_int_equal(errno, EPROTONOSUPPORT);
+	assert_null(kvmstats_log_reader__open(ctx, path, NULL));
+	assert_int_equal(errno, EPROTONOSUPPORT);
+}
+
+/* The last sample record of the log at @p: its offset (0: none). */
+static size_t last_sample(const unsigned char *b, size_t len)
+{
+	size_t at = sizeof(struct log_file_hdr), last = 0;
+
+	while (at + sizeof(struct log_rec) <= len) {
+		const struct log_rec *h = (const void *)(b + at);
+
+		if (h->type == REC_SAMPLE)
+			last = at;
+		at += sizeof(*h) + h->len;
+	}
+	return last;
+}
+
+/* A short entry made malformed, its record's CRC made right again: that
+ * sample is damage (no crash, no value), every other one reads. */
+static void tamper_short(uint32_t tid_xor, uint32_t len)
+{
+	struct kvmstats_log_reader *r;
+	unsigned char *b = malloc(1 << 20);
+	struct log_entry_short *e = NULL;
+	struct log_rec *h;
+	size_t n, at;
+	int fd, k = 0;
+
+	write_log(12, 0, NULL);
+	fd = open(path, O_RDWR);
+	n = (size_t)read(fd, b, 1 << 20);
+	at = last_sample(b, n);
+	assert_true(at > 0);
+	h = (struct log_rec *)(b + at);
+	/* Its first short delta. */
+	for (size_t p = at + sizeof(*h) + sizeof(struct log_sample);
+	     p < at + sizeof(*h) + h->len;) {
+		struct log_entry_short *s = (void *)(b + p);
+
+		if ((s->tid & ENTRY_SHORT) && (s->tid & ENTRY_SHORT_DELTA)) {
+			e = s;
+			break;
+		}
+		p += s->tid & ENTRY_SHORT
+			     ? sizeof(*s) + s->len
+			     : sizeof(struct log_entry) +
+				       ((struct log_entry *)s)->len;
+	}
+	assert_non_null(e);
+	e->tid ^= tid_xor;
+	if (len)
+		e->len = len;
+	h->crc = log_rec_crc(h, h + 1);
+	assert_int_equal(pwrite(fd, b, n, 0), (ssize_t)n);
+	close(fd);
+	r = open_reader(path);
+	while (kvmstats_log_reader__next(r) == 1)
+		check_sample(r, k++);
+	assert_int_equal(k, 11);
+	assert_int_equal(kvmstats_log_reader__corrupt(r), 1);
+	kvmstats_log_reader__close(r);
+	free(b);
+}
+
+static void test_short_entry_damage(void **state)
+{
+	(void)state;
+	/* A "no change" entry with a body. */
+	tamper_short(ENTRY_SHORT_DELTA, 0);
+	/* A body past the record's end, and one not a multiple of 8. */
+	tamper_short(0, 1u << 30);
+	tamper_short(0, 12);
+}
+
 static int count_samples(const char *p)
 {
 	struct kvmstats_log_reader *r = open_reader(p);
@@ -679,6 +819,8 @@ int main(void)
 		cmocka_unit_test(test_truncate_everywhere),
 		cmocka_unit_test(test_crc_corruption),
 		cmocka_unit_test(test_append_lock_and_foreign),
+		cmocka_unit_test(test_version1_append),
+		cmocka_unit_test(test_short_entry_damage),
 		cmocka_unit_test(test_rotate_and_reopen),
 		cmocka_unit_test(test_failed_write),
 		cmocka_unit_test(test_bad_use),
