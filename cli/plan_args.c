@@ -176,6 +176,10 @@ int plan_common_opt(const struct cli *cli, struct plan_common *pc, int c,
 	case OPT_PLAN_POSTCOPY:
 		ok = parse_migration(cli, "--postcopy", arg, &pc->mig);
 		break;
+	case OPT_PLAN_POSTCOPY_BW:
+		ok = plan_parse_rate(cli, "--postcopy-bandwidth", arg,
+				     &pc->mig.postcopy_bw);
+		break;
 	default:
 		return 0;
 	}

@@ -673,6 +673,7 @@ struct kvmstats_migrate_overrides {
 	int compress;			/* enum kvmstats_mig_compress; -1: not said */
 	int auto_converge;		/* 0/1; -1: not said */
 	int postcopy;			/* 0/1; -1: not said */
+	double postcopy_bw;		/* bytes/s after the switch; 0: not said */
 };
 
 /* "max-bandwidth", "multifd-channels", ... (QEMU's names). */

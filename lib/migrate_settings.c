@@ -370,4 +370,10 @@ void ks_migrate_override(struct kvmstats_migrate_settings *s,
 		s->postcopy = o->postcopy;
 		s->src[KVMSTATS_MIG_POSTCOPY] = opt;
 	}
+	/* virsh migrate --postcopy-bandwidth sets it as the migration
+	 * starts: QEMU's own is unlimited until then, the link's speed. */
+	if (o->postcopy_bw > 0) {
+		s->postcopy_bw = o->postcopy_bw;
+		s->src[KVMSTATS_MIG_POSTCOPY_BW] = opt;
+	}
 }

@@ -273,7 +273,7 @@ fi
 # switch needed); -v gives the verdict and lists every setting and its
 # source.
 "$KVMSTATS" plan --pid "$PID_comp" --method pagemap --interval 0 --auto-converge \
-	--postcopy -v >"$TMP/table" 2>&1
+	--postcopy --postcopy-bandwidth 1G -v >"$TMP/table" 2>&1
 check "postcopy asked for: -v gives the verdict, postcopy-ram is not said unmodelled" \
 	eval 'grep -q "^  verdict: converges after 0 dirty-rate interval" "$TMP/table" &&
 	grep -Eq "^ +postcopy-ram +true +\(option\)" "$TMP/table" &&
@@ -291,10 +291,14 @@ check "auto-converge asked for: -v says the throttle the guest would suffer" \
 	grep -q "auto-converge: the guest's vCPUs throttled up to" "$TMP/table"
 check "-v lists each setting with its source" \
 	grep -Eq "^ +auto-converge +true +\(option\)" "$TMP/table"
+check "-v: --postcopy-bandwidth over QEMU's unlimited" \
+	grep -Eq "^ +max-postcopy-bandwidth +1073741824 +\(option\)" "$TMP/table"
 check "-v: multifd-channels read from QEMU" \
 	grep -Eq "^ +multifd-channels +4 +\(qmp\)" "$TMP/table"
 check "a bad --compressed is a usage error" test "$("$KVMSTATS" plan --compressed lz4 \
 	--pid "$PID_comp" >/dev/null 2>&1; echo $?)" = 2
+check "a bad --postcopy-bandwidth is a usage error" test "$("$KVMSTATS" plan \
+	--postcopy-bandwidth fast --pid "$PID_comp" >/dev/null 2>&1; echo $?)" = 2
 
 echo "# QEMU $VER, max-bandwidth 32 MiB/s, downtime-limit 300 ms, 256 MiB guests"
 echo "# case                    predicted B   QEMU sent B  pred s   QEMU s"

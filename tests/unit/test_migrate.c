@@ -65,6 +65,13 @@ static void test_defaults_and_overrides(void **state)
 	s.qemu_major = 7;
 	ks_migrate_defaults(&s);
 	assert_int_equal(s.zero_detect, KVMSTATS_MIG_ZERO_LEGACY);
+	/* Post-copy's limit: QEMU's unlimited until an option says. */
+	assert_true(s.postcopy_bw == 0);
+	assert_true(fabs(ks_postcopy_bandwidth(&s, 1e6) - 1e6) < 1);
+	o.postcopy_bw = 8e9 / 8;
+	ks_migrate_override(&s, &o);
+	assert_int_equal(s.src[KVMSTATS_MIG_POSTCOPY_BW], KVMSTATS_MIG_SRC_OPTION);
+	assert_true(fabs(ks_postcopy_bandwidth(&s, 1e6) - 1e9) < 1);
 }
 
 /* 7.2 counts multifd pages uncompressed; 10.0 counts what was sent, and
