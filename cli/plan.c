@@ -30,6 +30,7 @@ enum {
 	OPT_RATE,
 	OPT_REGION,
 	OPT_PAGEMAP,
+	OPT_LINK,
 };
 
 #include "plan.h"
@@ -98,6 +99,8 @@ static int plan_opt(struct cli *cli, void *ctx, int c, const char *arg)
 		return 0;
 	case OPT_REGION:
 		return parse_region(cli, a, arg) ? 0 : -1;
+	case OPT_LINK:
+		return plan_parse_rate(cli, "--link", arg, &a->link) ? 0 : -1;
 	case OPT_PAGEMAP:
 		return parse_pagemap(cli, arg, &a->pagemap) ? 0 : -1;
 	}
@@ -131,7 +134,7 @@ static void open_row(const struct plan_args *a, struct vm_row *row,
 	struct kvmstats_plan_opts po = {
 		.sz = sizeof(po), .pagemap_mode = a->pagemap, .ram = &ro,
 		.scan = &so, .libvirt_uri = a->t.libvirt_uri,
-		.libvirt_guard = guard,
+		.libvirt_guard = guard, .link_bw = a->link,
 	};
 
 	plan_common_fill(&a->pc, &po);
@@ -272,6 +275,9 @@ static const struct cli_opt plan_opts[] = {
 	  "the migration will auto-converge (its CPU throttle is modelled)" },
 	{ "postcopy", OPT_PLAN_POSTCOPY, 0, NULL, NULL,
 	  "the migration will switch to post-copy after the first pass" },
+	{ "link", OPT_LINK, 0, "BYTES/S", "not known: max-bandwidth's",
+	  "the link's speed: what QEMU sends unlimited (the stop-and-copy, "
+	  "post-copy) runs at it (suffix K, M or G)" },
 	{ "postcopy-bandwidth", OPT_PLAN_POSTCOPY_BW, 0, "BYTES/S",
 	  "QEMU's, else --bandwidth's",
 	  "post-copy's bandwidth limit (virsh --postcopy-bandwidth; suffix K, M or G)" },

@@ -18,6 +18,7 @@ struct plan_args {
 	struct plan_common pc;
 	double max_cpu;
 	double rate;		/* bytes/s */
+	double link;		/* bytes/s; 0: not known */
 	enum kvmstats_pagemap_mode pagemap;
 	struct region_arg *regions;
 	size_t nregions;

@@ -410,6 +410,11 @@ struct kvmstats_migrate_input {
 	 * keep (libvirt's <emulatorpin>, a cpuset). 0: this host's online
 	 * CPUs. */
 	uint32_t cpus;
+	/* Bytes/s of the link, what QEMU sends without a rate limit runs at:
+	 * the stop-and-copy (ram_save_complete() flushes regardless of
+	 * max-bandwidth) and post-copy without max-postcopy-bandwidth.
+	 * 0: not known, bandwidth taken (the downtime's upper bound). */
+	double link_bw;
 };
 
 /* Whether the migration completes, with the inputs' uncertainty: the
@@ -497,6 +502,7 @@ struct kvmstats_plan_opts {
 	const char *libvirt_uri;
 	/* NULL: this plan's question is its own. */
 	struct kvmstats_libvirt_guard *libvirt_guard;
+	double link_bw;	/* bytes/s of the link; 0: not known */
 };
 
 struct kvmstats_plan_vm {

@@ -265,6 +265,20 @@ static double pass_seconds(const struct run *r, double b, double pages,
 	return fmax(b / r->rate, cpu_seconds(r, pages, normal));
 }
 
+/* What QEMU sends without a rate limit (the stop-and-copy) runs at the
+ * link's speed, where it is known; else at the limit's, an upper bound. */
+static double unlimited_rate(const struct run *r)
+{
+	return r->in.link_bw > 0 ? r->in.link_bw : r->rate;
+}
+
+/* The stop-and-copy of @b bytes, @pages pages: ram_save_complete()
+ * flushes them regardless of max-bandwidth. */
+static double final_seconds(const struct run *r, double b, double pages)
+{
+	return fmax(b / unlimited_rate(r), cpu_seconds(r, pages, pages));
+}
+
 /* postcopy-ram: the switch after the first pass, when pre-copy would not
  * stop right after it. */
 static void switch_to_postcopy(struct run *r, double pending,
@@ -272,7 +286,9 @@ static void switch_to_postcopy(struct run *r, double pending,
 {
 	struct ks_postcopy pc;
 
-	ks_postcopy_switch(r->s, r->bw, pending, &pc);
+	/* What runs unlimited runs at the link's speed, where known. */
+	ks_postcopy_switch(r->s, r->in.link_bw > 0 ? r->in.link_bw : r->bw, pending,
+			   &pc);
 	out->postcopy = true;
 	out->converges = true;
 	out->passes = 1;
@@ -290,8 +306,11 @@ static void switch_to_postcopy(struct run *r, double pending,
 	snprintf(out->note, sizeof(out->note), "post-copy at the first sync: "
 		 "%.0f ms downtime, then %.2f s of post-copy (%.0f MiB the guest "
 		 "faults in)%s", pc.downtime_s * 1e3, pc.seconds,
-		 pc.bytes / 1048576.0, r->s->postcopy_bw > 0 ? "" :
-		 "; max-postcopy-bandwidth unlimited: taken as max-bandwidth");
+		 pc.bytes / 1048576.0,
+		 r->s->postcopy_bw > 0 ? ""
+		 : r->in.link_bw > 0
+			 ? "; max-postcopy-bandwidth unlimited: at the link's speed"
+			 : "; max-postcopy-bandwidth unlimited: taken as max-bandwidth");
 }
 
 /* The estimate is read at a phase uniform over a window, and a window
@@ -343,7 +362,7 @@ static bool precopy(struct run *r, uint32_t maxp,
 		if (pend * KS_PAGE < r->thr) {
 			/* Stop and copy: the rest, with the VM paused. */
 			out->final_bytes = (uint64_t)pend_b;
-			out->downtime_s = pass_seconds(r, pend_b, pend, pend);
+			out->downtime_s = final_seconds(r, pend_b, pend);
 			r->total_b += pend_b;
 			r->total_t += out->downtime_s;
 			r->m.wire += pend_w;
@@ -431,8 +450,11 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	}
 	if (out->converges && !out->postcopy)
 		snprintf(out->note, sizeof(out->note),
-			 "%u passes, %.0f ms downtime%s%s", out->passes,
+			 "%u passes, %.0f ms downtime%s%s%s", out->passes,
 			 out->downtime_s * 1e3,
+			 r.in.link_bw > 0 || !out->downtime_s
+				 ? ""
+				 : " (at max-bandwidth: --link gives the link's)",
 			 out->assumed_clean
 				 ? "; assumed a clean guest (no dirty rate)"
 				 : "",

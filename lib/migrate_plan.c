@@ -506,7 +506,8 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
 		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
 		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi,
-		.walk_rate = walk_rate(r), .cpus = vmm_cpus(r->pid) }, &p->mig,
+		.walk_rate = walk_rate(r), .cpus = vmm_cpus(r->pid),
+		.link_bw = p->o.link_bw }, &p->mig,
 		&p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));

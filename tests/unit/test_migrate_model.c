@@ -193,6 +193,43 @@ static void test_postcopy(void **state)
 	assert_int_equal(p.passes, 2);
 }
 
+/* The stop-and-copy runs unlimited (ram_save_complete() flushes
+ * regardless of max-bandwidth): at the link's speed where it is given,
+ * else at the limit's. The same bytes; the downtime and the total time
+ * shorter by what the link saves; post-copy too. */
+static void test_link(void **state)
+{
+	struct kvmstats_migrate_settings s = { .qemu_major = 7, .qemu_minor = 2 };
+	struct kvmstats_migrate_prediction at_bw, at_link;
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_input in;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.bandwidth = BW;
+	s.downtime_s = 0.3;
+	linear_curve(c, 500, 0.25);
+	in = input(c);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &at_bw, NULL), 0);
+	in.link_bw = 100 * BW;
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &at_link, NULL), 0);
+	assert_true(at_bw.converges && at_link.converges);
+	assert_true(at_bw.final_bytes > 0);
+	assert_true(fabs(at_bw.downtime_s - (double)at_bw.final_bytes / BW) < 1e-6);
+	assert_true(fabs(at_link.downtime_s * 100 - at_bw.downtime_s) < 1e-6);
+	assert_int_equal(at_link.bytes, at_bw.bytes);
+	assert_true(fabs((at_bw.seconds - at_link.seconds) -
+			 (at_bw.downtime_s - at_link.downtime_s)) < 1e-6);
+	assert_non_null(strstr(at_bw.note, "--link"));
+	assert_null(strstr(at_link.note, "--link"));
+	/* Post-copy without max-postcopy-bandwidth: at the link's speed. */
+	s.postcopy = true;
+	linear_curve(c, 10000, 0.25);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &at_link, NULL), 0);
+	assert_true(at_link.postcopy);
+	assert_true(fabs(at_link.postcopy_bw - 100 * BW) < 1);
+}
+
 /* Auto-converge converges unless even max-cpu-throttle cannot slow the
  * guest under the bandwidth; it says what throttle and for how long. */
 static void test_auto_converge_limit(void **state)
@@ -536,6 +573,7 @@ int main(void)
 		cmocka_unit_test(test_interval_order),
 		cmocka_unit_test(test_uncertain),
 		cmocka_unit_test(test_postcopy),
+		cmocka_unit_test(test_link),
 		cmocka_unit_test(test_legacy_rate),
 		cmocka_unit_test(test_auto_converge_limit),
 		cmocka_unit_test(test_sync_at_threshold),
