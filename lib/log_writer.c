@@ -606,7 +606,7 @@ static int add_entry(struct kvmstats_log_writer *w, struct wtarget *wt,
 		      ((wt->words + 63) / 64 + wt->missing_words) * 8;
 	struct log_entry e = { .tid = wt->t.tid, .error = error };
 	uint64_t *base = error || !data ? NULL : delta_base(wt, cur, prev);
-	bool is_short = !error && data && short_ok(w, wt, base, missing);
+	bool is_short = short_ok(w, wt, base, missing);
 	unsigned char *p;
 	size_t at;
 

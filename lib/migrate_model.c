@@ -265,18 +265,20 @@ static double pass_seconds(const struct run *r, double b, double pages,
 	return fmax(b / r->rate, cpu_seconds(r, pages, normal));
 }
 
-/* What QEMU sends without a rate limit (the stop-and-copy) runs at the
- * link's speed, where it is known; else at the limit's, an upper bound. */
-static double unlimited_rate(const struct run *r)
+/* What QEMU sends without a rate limit (the stop-and-copy, post-copy
+ * without max-postcopy-bandwidth) runs at the link's speed, where it is
+ * known; else at @limit, an upper bound on its time. */
+static double unlimited_rate(const struct run *r, double limit)
 {
-	return r->in.link_bw > 0 ? r->in.link_bw : r->rate;
+	return r->in.link_bw > 0 ? r->in.link_bw : limit;
 }
 
 /* The stop-and-copy of @b bytes, @pages pages: ram_save_complete()
  * flushes them regardless of max-bandwidth. */
 static double final_seconds(const struct run *r, double b, double pages)
 {
-	return fmax(b / unlimited_rate(r), cpu_seconds(r, pages, pages));
+	return fmax(b / unlimited_rate(r, r->rate),
+		    cpu_seconds(r, pages, pages));
 }
 
 /* postcopy-ram: the switch after the first pass, when pre-copy would not
@@ -286,9 +288,7 @@ static void switch_to_postcopy(struct run *r, double pending,
 {
 	struct ks_postcopy pc;
 
-	/* What runs unlimited runs at the link's speed, where known. */
-	ks_postcopy_switch(r->s, r->in.link_bw > 0 ? r->in.link_bw : r->bw, pending,
-			   &pc);
+	ks_postcopy_switch(r->s, unlimited_rate(r, r->bw), pending, &pc);
 	out->postcopy = true;
 	out->converges = true;
 	out->passes = 1;

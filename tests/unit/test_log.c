@@ -440,6 +440,20 @@ static off_t file_size(const char *p)
 	return st.st_size;
 }
 
+/* The log at path read back: samples 0 to @n - 1, each exact, and
+ * @corrupt damaged records. */
+static void read_back(int n, uint64_t corrupt)
+{
+	struct kvmstats_log_reader *r = open_reader(path);
+	int k = 0;
+
+	while (kvmstats_log_reader__next(r) == 1)
+		check_sample(r, k++);
+	assert_int_equal(k, n);
+	assert_int_equal(kvmstats_log_reader__corrupt(r), corrupt);
+	kvmstats_log_reader__close(r);
+}
+
 /* An empty log whose header says @version. */
 static void write_header(uint32_t version)
 {
@@ -462,10 +476,9 @@ static void write_header(uint32_t version)
 static void test_version1_append(void **state)
 {
 	struct kvmstats_log_writer *w;
-	struct kvmstats_log_reader *r;
 	struct log_file_hdr h;
 	uint64_t v2_size, v1_size;
-	int fd, k = 0;
+	int fd;
 
 	(void)state;
 	write_log(20, 0, NULL);
@@ -482,12 +495,7 @@ static void test_version1_append(void **state)
 	assert_int_equal(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	close(fd);
 	assert_int_equal(h.version, 1);
-	r = open_reader(path);
-	while (kvmstats_log_reader__next(r) == 1)
-		check_sample(r, k++);
-	assert_int_equal(k, 20);
-	assert_int_equal(kvmstats_log_reader__corrupt(r), 0);
-	kvmstats_log_reader__close(r);
+	read_back(20, 0);
 
 	write_header(KVMSTATS_LOG_VERSION + 1);
 	assert_null(kvmstats_log_writer__open(ctx, path, NULL));
@@ -515,12 +523,11 @@ static size_t last_sample(const unsigned char *b, size_t len)
  * sample is damage (no crash, no value), every other one reads. */
 static void tamper_short(uint32_t tid_xor, uint32_t len)
 {
-	struct kvmstats_log_reader *r;
 	unsigned char *b = malloc(1 << 20);
 	struct log_entry_short *e = NULL;
 	struct log_rec *h;
 	size_t n, at;
-	int fd, k = 0;
+	int fd;
 
 	write_log(12, 0, NULL);
 	fd = open(path, O_RDWR);
@@ -549,12 +556,7 @@ static void tamper_short(uint32_t tid_xor, uint32_t len)
 	h->crc = log_rec_crc(h, h + 1);
 	assert_int_equal(pwrite(fd, b, n, 0), (ssize_t)n);
 	close(fd);
-	r = open_reader(path);
-	while (kvmstats_log_reader__next(r) == 1)
-		check_sample(r, k++);
-	assert_int_equal(k, 11);
-	assert_int_equal(kvmstats_log_reader__corrupt(r), 1);
-	kvmstats_log_reader__close(r);
+	read_back(11, 1);
 	free(b);
 }
 
