@@ -83,7 +83,7 @@ static void open_vm(const struct drain_args *a, struct drain_vm *v,
 	};
 	struct kvmstats_plan_opts po = {
 		.sz = sizeof(po), .ram = &ro, .libvirt_uri = a->t.libvirt_uri,
-		.libvirt_guard = guard,
+		.libvirt_guard = guard, .link_bw = a->link,
 	};
 
 	plan_common_fill(&a->pc, &po);
@@ -139,6 +139,8 @@ int drain_input_of(struct kvmstats_plan *p, const char *name,
 	/* The zero test as the plan modelled it (its testers included): the
 	 * schedule paces each pass by it, so it is not setup time. */
 	out->model.walk_rate = d->walk_rate;
+	/* Alone, its stop-and-copy has the whole link (--link). */
+	out->model.link_bw = d->link_bw;
 	out->max_bandwidth = d->effective_bw > 0 ? d->effective_bw : r->bandwidth;
 	out->downtime_s = r->downtime_s;
 	out->model.bandwidth = out->max_bandwidth;

@@ -196,6 +196,7 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	jset(pred, "settings", set);
 	jset(pred, "mechanism", jstr(d->mechanism ? d->mechanism : "legacy"));
 	jset(pred, "effective_bandwidth_bytes_per_second", jnum(d->effective_bw));
+	jset(pred, "link_bytes_per_second", d->link_bw > 0 ? jnum(d->link_bw) : NULL);
 	cj = json_object_new_object();
 	jset(cj, "count", json_object_new_int64(d->cpus));
 	jset(cj, "source", jstr(d->cpus_source));
@@ -394,6 +395,12 @@ static void print_settings(const struct kvmstats_plan *p)
 		printf("    %-26s %-12s (%s)\n", kvmstats_mig_key_str((enum kvmstats_mig_key)k),
 		       v, kvmstats_mig_src_str(s->src[k]));
 	}
+	if (d->link_bw > 0)
+		printf("  link: %.1f MiB/s (--link): the stop-and-copy%s\n",
+		       d->link_bw / 1048576.0,
+		       s->postcopy && !s->postcopy_bw ? " and post-copy" : "");
+	else
+		printf("  link: not known (--link): the stop-and-copy at max-bandwidth\n");
 	printf("  CPUs for the migration's threads: %u (%s)\n", d->cpus,
 	       d->cpus_source && !strcmp(d->cpus_source, "affinity") ? "the VMM's affinity" : "this host's");
 	if (d->compress.note[0])

@@ -742,6 +742,10 @@ struct kvmstats_migrate_detail {
 	 * "affinity" (the VMM's) or "host" (this host's online CPUs). */
 	uint32_t cpus;
 	const char *cpus_source;
+	/* bytes/s of the link the stop-and-copy (and post-copy without
+	 * max-postcopy-bandwidth) was modelled at; 0: not known, taken at
+	 * max-bandwidth. */
+	double link_bw;
 };
 
 KVMSTATS_API const struct kvmstats_migrate_detail *

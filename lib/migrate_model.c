@@ -445,6 +445,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->walk_s = r.cap * r.walk;
 		d->cpus = (uint32_t)source_cpus(&r.in);
 		d->cpus_source = r.in.cpus ? "affinity" : "host";
+		d->link_bw = r.in.link_bw;
 		d->wire_bytes = (uint64_t)(r.m.wire +
 					   (s ? ks_migrate_fixed_bytes(s) : 0));
 	}

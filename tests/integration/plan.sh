@@ -196,6 +196,18 @@ check "--region overrides QMP and covers just that range" jq -e \
 check "a bad --region is a usage error" test "$("$KVMSTATS" plan --region nonsense \
 	--pid "$PID_victim" >/dev/null 2>&1; echo $?)" = 2
 
+# --link: echoed, and the stop-and-copy at it (never slower than at
+# max-bandwidth, QEMU's default 128 MiB/s here).
+out=$("$KVMSTATS" plan --pid "$PID_victim" --method pagemap --interval 0 --link 1G --json)
+base=$("$KVMSTATS" plan --pid "$PID_victim" --method pagemap --interval 0 --json)
+check "--link 1G is echoed as link_bytes_per_second" jq -e \
+	'.vms[0].prediction.link_bytes_per_second == 1073741824' <<<"$out"
+check "without --link, link_bytes_per_second is null (not known, not 0)" jq -e \
+	'.vms[0].prediction | has("link_bytes_per_second") and .link_bytes_per_second == null' <<<"$base"
+check "--link 1G: the predicted time no longer than at max-bandwidth" awk \
+	-v a="$(jq '.vms[0].predicted_seconds' <<<"$out")" \
+	-v b="$(jq '.vms[0].predicted_seconds' <<<"$base")" 'BEGIN{exit !(a <= b)}'
+
 # Table output.
 "$KVMSTATS" plan --pid "$PID_anon" --method pagemap,scan --interval 0 >"$TMP/table" 2>&1
 check "table output ranks the VM and shows both estimators" \
