@@ -32,10 +32,15 @@
  *   rate=N        with dirtyloop=1: rewrite N pages per second (a plain
  *                 number, no suffix), paced by the TSC, which the guest
  *                 calibrates against the CMOS clock (default 0: as
- *                 fast as it can).  The pace is kept in 10 ms ticks; a
+ *                 fast as it can).  The pace is kept in 1 ms ticks; a
  *                 guest that falls behind (throttled by auto-converge,
  *                 or too slow) does not catch up, as a paced workload
  *                 would not
+ *   scatter=1     with rate=: each page rewritten is drawn at random
+ *                 (uniformly, with repeats) from the dirty region
+ *                 instead of the next one in order: pages dirtied within
+ *                 t grow as W(1 - exp(-rt/W)), and no phase ties them to
+ *                 the order QEMU sends pages in
  *   data=random|compressible
  *                 what dirtyloop writes: random rewrites every word of
  *                 the page from a xorshift generator, which zlib and zstd
@@ -74,7 +79,8 @@ typedef unsigned long long u64;
 #define PATTERN		0xa5a5a5a5u
 #define CMOS_INDEX	0x70
 #define CMOS_DATA	0x71
-#define TICKS_PER_S	100u		/* the pace is kept per 10 ms */
+#define TICKS_PER_S	1000u		/* the pace is kept per ms: finer than
+					 * auto-converge's 10 ms slices */
 
 /* The first fields of the multiboot information structure. */
 struct mb_info {
@@ -96,6 +102,7 @@ struct config {
 	u64 rate;
 	u64 pool;
 	u64 poolsize;
+	u64 scatter;
 	int random;
 };
 
@@ -238,6 +245,7 @@ static void parse_token(struct config *c, const char *tok)
 		{ "rate", &c->rate },
 		{ "pool", &c->pool },
 		{ "poolsize", &c->poolsize },
+		{ "scatter", &c->scatter },
 	};
 	const char *val;
 	unsigned int i;
@@ -347,7 +355,7 @@ static u8 rtc_seconds(void)
 }
 
 /*
- * TSC cycles per 10 ms: the cycles between two ticks of the CMOS clock's
+ * TSC cycles per tick: the cycles between two ticks of the CMOS clock's
  * seconds, one second apart (the guest waits up to two seconds for it).
  * The PIT's channel 2 was tried first, as Linux's pit_calibrate_tsc()
  * does, but under kvm_pvm it gave 2.45 to 3.37 GHz for a 2.45 GHz TSC
@@ -446,20 +454,30 @@ static void dirty_forever(u32 start, u32 len, int random, struct pool *pl)
 }
 
 /*
- * rate pages per second: each 10 ms tick earns rate credits and a page
+ * rate pages per second: each 1 ms tick earns rate credits and a page
  * costs TICKS_PER_S of them, so no rate is rounded away.  A tick missed
  * (the vCPU was not running) is not made up for.
  */
-static void dirty_paced(u32 start, u32 len, u32 rate, int random, u32 tick,
-			struct pool *pl)
+static void dirty_paced(u32 start, u32 len, u32 rate, int random, int scatter,
+			u32 tick, struct pool *pl)
 {
 	u32 pass = 0, p = start, x = 0x9e3779b9u, credit = 0, ticks = 0;
-	u32 done = 0;
+	u32 done = 0, pick = 0x2545f491u;
 	u64 next = rdtsc() + tick, now;
 
 	for (;;) {
 		credit += rate;
 		while (credit >= TICKS_PER_S) {
+			if (scatter) {
+				pick ^= pick << 13;
+				pick ^= pick >> 17;
+				pick ^= pick << 5;
+				p = start + PAGE_SIZE *
+					    (u32)(((u64)pick * (len / PAGE_SIZE)) >> 32);
+				/* A new value on each write, so that our
+				 * sampler sees every rewrite QEMU counts. */
+				pass = done;
+			}
 			dirty_page(p, random, pass % 255 + 1, &x, pl);
 			credit -= TICKS_PER_S;
 			done++;
@@ -474,11 +492,14 @@ static void dirty_paced(u32 start, u32 len, u32 rate, int random, u32 tick,
 			putu_serial(done);
 			puts_serial(" pages in the first second\n");
 		}
-		now = rdtsc();
-		if (now > next + tick)
-			next = now;
-		while (rdtsc() < next)
+		while ((now = rdtsc()) < next)
 			__asm__ volatile("pause");
+		/* Woken late (the vCPU did not run): the ticks missed are
+		 * lost. Checked after the wait, so a wake-up makes up for
+		 * none (checked before, it made up for one: a guest
+		 * throttled to a 10 ms slice dirtied twice its share). */
+		if (now - next > tick)
+			next = now;
 		next += tick;
 	}
 }
@@ -572,7 +593,7 @@ void mb_main(u32 magic, const struct mb_info *mbi)
 		if (!tick)
 			halt_forever();
 		puts_serial("READY\n");
-		dirty_paced(c.base, c.dirty, c.rate, c.random, tick, &pl);
+		dirty_paced(c.base, c.dirty, c.rate, c.random, (int)c.scatter, tick, &pl);
 	}
 	puts_serial("READY\n");
 	if (c.dirtyloop)
