@@ -206,7 +206,8 @@ wait_qmp() {
 # defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
 # the first pass is over. Prints "transferred total-time-ms setup-time-ms"
 # once it completed; cancels it after BOUND seconds (returns 2) or when it
-# failed (1).
+# failed (1). With MIGRATE_TRACE set, each poll appends "seconds status
+# syncs throttle% transferred remaining dirty-pages-rate mbps" to that file.
 migrate_bounded() {
 	local r st sync port started=0 deadline
 	port=$(free_port) || return 1
@@ -218,6 +219,9 @@ migrate_bounded() {
 		r=$(q "$1" '{"execute":"query-migrate"}')
 		st=$(jq -r '.return.status // empty' <<<"$r" 2>/dev/null)
 		sync=$(jq -r '.return.ram["dirty-sync-count"] // 0' <<<"$r" 2>/dev/null)
+		[ -n "${MIGRATE_TRACE:-}" ] && jq -r --arg t "$(date +%s.%N)" \
+			'.return | "\($t) \(.status) \(.ram["dirty-sync-count"]) \(.["cpu-throttle-percentage"] // 0) \(.ram.transferred) \(.ram.remaining) \(.ram["dirty-pages-rate"]) \(.ram.mbps)"' \
+			<<<"$r" >>"$MIGRATE_TRACE" 2>/dev/null
 		case $st in
 		completed)
 			jq -r '.return | "\(.ram.transferred) \(.["total-time"]) \(.["setup-time"] // "-")"' <<<"$r"
