@@ -301,5 +301,18 @@ static inline uint64_t ks_now_ns(void)
  * apart, which a sync of the bitmap keeps pending. */
 #define KS_MIG_WINDOW_S 0.1
 double ks_mig_leftover(double thr, double win);
+struct kvmstats_dirty_point;
+/* migrate_model.c: the pages a guest writes to, read off its curve (@cap
+ * where it does not level off); of @d pages it dirtied since a sync,
+ * those not among the @left still pending (@left_dirtied: those are
+ * dirtied pages, not pass 0's; @apart: the high bound's placement). */
+double ks_mig_working_set(const struct kvmstats_dirty_point *c, uint32_t n,
+			  double cap);
+double ks_mig_newly_dirty(double d, double left, double ws, double cap,
+			  bool left_dirtied, bool apart);
+/* migrate_verdict.c: where a curve's first points lie on one line
+ * through 0, that line's points instead (their intervals its longest
+ * point's). */
+void ks_mig_fit_line(struct kvmstats_dirty_point *c, uint32_t n);
 
 #endif

@@ -305,12 +305,17 @@ void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_sett
 		      double now, double sent, double dirtied_pages);
 
 /* migrate_model.c: pre-copy over a dirty curve (@s NULL: QEMU 7.2's
- * legacy defaults), as the plan runs it. */
+ * legacy defaults), as the plan runs it. Which pages the guest dirties:
+ * KS_MIG_RUN_UNIFORM, uniform over its working set (the estimate);
+ * KS_MIG_RUN_APART, apart from the pages still pending as far as the
+ * working set allows (the high bound). */
+#define KS_MIG_RUN_UNIFORM 0u
+#define KS_MIG_RUN_APART 1u
 int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   const struct kvmstats_migrate_settings *s,
 		   const struct kvmstats_compress_estimate *c,
 		   struct kvmstats_migrate_prediction *out,
-		   struct kvmstats_migrate_detail *d);
+		   struct kvmstats_migrate_detail *d, unsigned int flags);
 /* migrate_verdict.c: ks_migrate_run at the point estimate and at the
  * inputs' low and high bounds: the verdict and the intervals. */
 int ks_migrate_predict(const struct kvmstats_migrate_input *input,

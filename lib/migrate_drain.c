@@ -9,11 +9,12 @@
  * its bytes at whatever rate the VM has while it runs, but for the
  * leftover QEMU still holds when it syncs the bitmap; the next pass is
  * that leftover and the pages the guest dirtied during the pass (the
- * VM's dirty curve at the pass's length); the stop-and-copy comes when
- * they fit in the current bandwidth x downtime-limit. At a constant
- * bandwidth the two agree (the unit tests check it). A migration whose
- * passes stop shrinking (by 1%, the model's rule) never ends at that
- * bandwidth: it waits for a bigger share or its abort.
+ * VM's dirty curve at the pass's length) not already in it (the bitmap's
+ * union over the working set, as the model takes it); the stop-and-copy
+ * comes when they fit in the current bandwidth x downtime-limit. At a
+ * constant bandwidth the two agree (the unit tests check it). A
+ * migration whose passes stop shrinking (by 1%, the model's rule) never
+ * ends at that bandwidth: it waits for a bigger share or its abort.
  */
 #include <errno.h>
 #include <math.h>
@@ -40,6 +41,7 @@ struct dvm {
 	struct kvmstats_drain_vm in;
 	char name[128];
 	struct kvmstats_dirty_point curve[NCURVES][KVMSTATS_DIRTY_MAX_POINTS];
+	double ws[NCURVES];	/* the pages its writes fall on, by curve */
 	double cap;		/* pages: no pass sends more */
 	double downtime_s;
 };
@@ -48,6 +50,8 @@ struct dvm {
 struct mig {
 	const struct dvm *v;
 	const struct kvmstats_dirty_point *curve;
+	double ws;		/* its curve's working set */
+	bool apart;		/* the high curve's: writes apart from the leftover */
 	enum phase ph;
 	double setup_left, left, pass_b, pass_t, sent;
 	double pass_pg;		/* pages of the pass, its leftover included */
@@ -87,6 +91,8 @@ static void mig_start(struct mig *m, const struct dvm *v, int curve, double now,
 	memset(m, 0, sizeof(*m));
 	m->v = v;
 	m->curve = v->curve[curve];
+	m->ws = v->ws[curve];
+	m->apart = curve == CURVE_HI;
 	m->ph = v->in.setup_s > 0 ? P_SETUP : P_COPY;
 	m->setup_left = v->in.setup_s;
 	m->pass_b = pass_bytes(in, (double)in->zero_pages,
@@ -129,7 +135,10 @@ static void end_of_pass(struct mig *m, double bw)
 	}
 	d = in->npoints ? kvmstats_dirty_curve_at(m->curve, in->npoints,
 						  m->pass_t, m->v->cap) : 0;
-	pend = (per > 0 ? m->left / per : 0) + d;
+	/* The bitmap's union, as the per-VM model takes it. */
+	pend = per > 0 ? m->left / per : 0;
+	d = ks_mig_newly_dirty(d, pend, m->ws, m->v->cap, m->passes > 1, m->apart);
+	pend += d;
 	m->pass_b = m->left + pass_bytes(in, 0, d, d > 0 ? in->nblocks : 0);
 	m->pass_pg = pend;
 	m->left = m->pass_b;
@@ -697,6 +706,7 @@ static int schedule(struct kvmstats_drain *d)
 static int copy_vm(struct dvm *v, const struct kvmstats_drain_vm *in)
 {
 	const struct kvmstats_migrate_input *m = &in->model;
+	struct kvmstats_dirty_point fit[KVMSTATS_DIRTY_MAX_POINTS];
 
 	if (!(in->max_bandwidth > 0) || m->npoints > KVMSTATS_DIRTY_MAX_POINTS ||
 	    (m->npoints && !m->curve))
@@ -704,14 +714,20 @@ static int copy_vm(struct dvm *v, const struct kvmstats_drain_vm *in)
 	v->in = *in;
 	v->in.name = NULL;
 	snprintf(v->name, sizeof(v->name), "%s", in->name ? in->name : "");
+	/* Read as the per-VM model reads it (its first points' line). */
+	if (m->npoints)
+		memcpy(fit, m->curve, m->npoints * sizeof(*fit));
+	ks_mig_fit_line(fit, m->npoints);
 	for (uint32_t k = 0; k < m->npoints; k++) {
 		v->curve[CURVE_MID][k] = v->curve[CURVE_LO][k] = v->curve[CURVE_HI][k] =
-			m->curve[k];
-		v->curve[CURVE_LO][k].pages = fmin(m->curve[k].lo, m->curve[k].pages);
-		v->curve[CURVE_HI][k].pages = fmax(m->curve[k].hi, m->curve[k].pages);
+			fit[k];
+		v->curve[CURVE_LO][k].pages = fmin(fit[k].lo, fit[k].pages);
+		v->curve[CURVE_HI][k].pages = fmax(fit[k].hi, fit[k].pages);
 	}
 	v->in.model.curve = NULL;
 	v->cap = (double)(m->zero_pages + m->nonzero_pages + m->unknown_pages);
+	for (int c = 0; c < NCURVES; c++)
+		v->ws[c] = ks_mig_working_set(v->curve[c], m->npoints, v->cap);
 	v->downtime_s = in->downtime_s > 0 ? in->downtime_s : KVMSTATS_QEMU_DOWNTIME_MS / 1e3;
 	return 0;
 }

@@ -52,7 +52,18 @@
  * window's pages between two syncs, not merely less than the threshold.
  * Non-convergence: the rounds between syncs stop shrinking (with
  * auto-converge: and the throttle is at its most). Dirtied pages are
- * assumed non-zero and disjoint from the leftover. With postcopy-ram,
+ * assumed non-zero. A sync sets bits in a bitmap: a leftover page the
+ * guest dirtied again is pending once, and QEMU counts only the bits it
+ * newly set (num_dirty_pages_period, what auto-converge weighs). Which
+ * pages the guest rewrites is not known, only how many distinct ones
+ * within t (the curve) and, where the curve levels off, its working set:
+ * the estimate takes them uniform over it, so the share of them that
+ * falls on the leftover is the leftover's share of the working set; the
+ * high bound (migrate_verdict.c) takes them apart from the leftover as
+ * far as the working set allows (a guest rewriting all of it leaves
+ * pending no more than all of it). Measured against QEMU (docs/plan.md):
+ * a guest writing pages at random matches the estimate; one sweeping
+ * its pages in order falls between the two. With postcopy-ram,
  * when the first sync leaves more than the threshold, the migration
  * switches to post-copy there instead.
  */
@@ -225,6 +236,10 @@ struct run {
 	double bytes, t;	/* sent since the last sync, and in what time */
 	double left, left_b, left_w;	/* pages (bytes reported, on the wire)
 					 * not sent at it */
+	double ws;		/* pages the guest writes to */
+	bool left_dirtied;	/* the leftover is of dirtied pages (not pass 0's) */
+	bool apart;		/* the guest's writes apart from the leftover
+				 * (else uniform over ws) */
 	double total_b, total_t;
 };
 
@@ -236,6 +251,43 @@ static double dirtied(const struct run *r, double t)
 		return 0;
 	return kvmstats_dirty_curve_at(r->in.curve, r->in.npoints,
 				       t * (1 - r->th.pct / 100.0), r->cap);
+}
+
+/* The pages the guest writes to: where its curve levels off (its last
+ * slope under 0.9 x its first), its level there, corrected for the slope
+ * left (a uniform writer's curve, W(1 - exp(-rt/W)), has
+ * W = D(t) / (1 - D'(t) / r)); a curve still rising as it began shows no
+ * bound: all of RAM's @cap. */
+double ks_mig_working_set(const struct kvmstats_dirty_point *c, uint32_t n,
+			  double cap)
+{
+	double first, last, dt;
+
+	if (!c || n < 3 || c[0].t <= 0 || c[0].pages <= 0)
+		return cap;
+	dt = c[n - 1].t - c[n - 2].t;
+	first = c[0].pages / c[0].t;
+	last = dt > 0 ? fmax(0, c[n - 1].pages - c[n - 2].pages) / dt : first;
+	if (last >= 0.9 * first)
+		return cap;
+	return fmin(cap, c[n - 1].pages / (1 - last / first));
+}
+
+/* Of @d pages dirtied since the last sync, those whose bit was not set
+ * (pending already): the leftover's pages in the working set (all of
+ * them once it is of dirtied pages, else their share of RAM's @cap)
+ * are rewritten as uniform writes would, or, @apart (the high bound),
+ * only as far as they must be. */
+double ks_mig_newly_dirty(double d, double left, double ws, double cap,
+			  bool left_dirtied, bool apart)
+{
+	double in_ws = left_dirtied ? left : cap > 0 ? left * ws / cap : 0, over;
+
+	if (ws <= 0)
+		return d;
+	in_ws = fmin(in_ws, ws);
+	over = apart ? fmax(0, in_ws + d - ws) : d * in_ws / ws;
+	return d - fmin(over, d);
 }
 
 /* The seconds a pass of @pages pages, @normal of them not zero, takes on
@@ -352,7 +404,8 @@ static bool precopy(struct run *r, uint32_t maxp,
 
 		if (r->th.pct)
 			r->th.throttled_s += r->t;
-		d = dirtied(r, r->t);
+		d = ks_mig_newly_dirty(dirtied(r, r->t), r->left, r->ws, r->cap,
+				       r->left_dirtied, r->apart);
 		ks_throttle_sync(&r->th, r->s, r->total_t, r->bytes, d);
 		pend = r->left + d;
 		pend_b = r->left_b + pass_cost(&r->m, 0, d,
@@ -370,6 +423,7 @@ static bool precopy(struct run *r, uint32_t maxp,
 			return true;
 		}
 		send_to_sync(r, pend, pend, pend_b, pend_w);
+		r->left_dirtied = true;
 		r->total_b += r->bytes;
 		r->total_t += r->t;
 		out->passes++;
@@ -392,9 +446,10 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   const struct kvmstats_migrate_settings *s,
 		   const struct kvmstats_compress_estimate *c,
 		   struct kvmstats_migrate_prediction *out,
-		   struct kvmstats_migrate_detail *d)
+		   struct kvmstats_migrate_detail *d, unsigned int flags)
 {
-	struct run r = { .s = s, .th = { .on = s && s->auto_converge } };
+	struct run r = { .s = s, .th = { .on = s && s->auto_converge },
+			 .apart = flags & KS_MIG_RUN_APART };
 	double normal, first, wire;
 	uint32_t maxp;
 	int err = ks_opts_copy(&r.in, sizeof(r.in), input);
@@ -417,6 +472,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages +
 			 r.in.unknown_pages);
 	r.walk = walk_per_page(&r.in, s);
+	r.ws = ks_mig_working_set(r.in.curve, r.in.npoints, r.cap);
 	out->assumed_clean = !r.in.curve || !r.in.npoints;
 	if (!out->assumed_clean && r.in.curve[r.in.npoints - 1].t > 0)
 		out->dirty_pages_per_second =
