@@ -11,9 +11,11 @@
 #  - quiet:  32 MiB written once, one word per page;
 #  - below:  1024 pages/s (4 MiB/s) of random data (incompressible), the
 #            pages in order;
-#  - near:   9216 pages/s (36 MiB/s: 7930 distinct pages in its first
-#            second, 97% of the bandwidth's), one byte per page
-#            (compressible), each page drawn at random (scatter=1);
+#  - near:   9216 pages/s (36 MiB/s) drawn at random (scatter=1), so
+#            5530 distinct pages in a second, and a round of t seconds
+#            rewrites 9216 t pages at first, just over the bandwidth's
+#            8192 t: some fall on pages still pending, and the rounds
+#            shrink slowly; one byte per page (compressible);
 #  - above:  16384 pages/s (64 MiB/s), one byte per page, at random.
 # Near and above write pages at random: a guest sweeping its pages in
 # order ties them to the order QEMU sends them in, and near the
