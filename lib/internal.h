@@ -310,6 +310,10 @@ double ks_mig_working_set(const struct kvmstats_dirty_point *c, uint32_t n,
 			  double cap);
 double ks_mig_newly_dirty(double d, double left, double ws, double cap,
 			  bool left_dirtied, bool apart);
+/* The curve's pages at @t, before its first point as a working set of
+ * @ws pages fills (the model and the drain read it so). */
+double ks_mig_dirtied_at(const struct kvmstats_dirty_point *c, uint32_t n,
+			 double t, double ws, double cap);
 /* migrate_verdict.c: where a curve's first points lie on one line
  * through 0, that line's points instead (their intervals its longest
  * point's). */

@@ -133,8 +133,8 @@ static void end_of_pass(struct mig *m, double bw)
 		m->ph = P_DONE;
 		return;
 	}
-	d = in->npoints ? kvmstats_dirty_curve_at(m->curve, in->npoints,
-						  m->pass_t, m->v->cap) : 0;
+	d = in->npoints ? ks_mig_dirtied_at(m->curve, in->npoints, m->pass_t,
+					    m->ws, m->v->cap) : 0;
 	/* The bitmap's union, as the per-VM model takes it. */
 	pend = per > 0 ? m->left / per : 0;
 	d = ks_mig_newly_dirty(d, pend, m->ws, m->v->cap, m->passes > 1, m->apart);

@@ -249,8 +249,25 @@ static double dirtied(const struct run *r, double t)
 {
 	if (!r->in.curve || !r->in.npoints)
 		return 0;
-	return kvmstats_dirty_curve_at(r->in.curve, r->in.npoints,
-				       t * (1 - r->th.pct / 100.0), r->cap);
+	return ks_mig_dirtied_at(r->in.curve, r->in.npoints,
+				 t * (1 - r->th.pct / 100.0), r->ws, r->cap);
+}
+
+/* The curve at @t. Before its first point, a guest with a working set
+ * @ws follows a uniform writer's W(1 - exp(-kt)) through that point, not
+ * the straight line from 0: that line misses what the curve bent away by
+ * then (a sixth, for a guest rewriting its set twice a second sampled
+ * at 0.25 s), and the short rounds before a stop-and-copy read it. */
+double ks_mig_dirtied_at(const struct kvmstats_dirty_point *c, uint32_t n,
+			 double t, double ws, double cap)
+{
+	double k;
+
+	if (!c || !n || t <= 0 || t >= c[0].t || !(ws < cap) ||
+	    !(c[0].pages > 0) || c[0].pages >= ws)
+		return kvmstats_dirty_curve_at(c, n, t, cap);
+	k = -log1p(-c[0].pages / ws) / c[0].t;
+	return fmin(cap, -ws * expm1(-k * t));
 }
 
 /* The pages the guest writes to: where its curve levels off (its last

@@ -409,6 +409,34 @@ static void saturated_curve(struct kvmstats_dirty_point *c, double ws)
 	}
 }
 
+/* Before the curve's first point, a guest that writes 16384 pages a
+ * second at random over 8192 (W(1 - exp(-rt/W)), sampled at 0.25 s and
+ * on) is read as that curve, not as the straight line to its first point
+ * (16% short at 0.07 s: the short rounds near a stop-and-copy); a curve
+ * with no working set (RAM is its bound) stays a line. */
+static void test_dirtied_at(void **state)
+{
+	struct kvmstats_dirty_point c[4];
+	double ws, cap = 32768, t = 0.07, want = -8192 * expm1(-2 * t);
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		c[i].t = 0.25 * (double)(1u << i);
+		c[i].pages = c[i].lo = c[i].hi = -8192 * expm1(-2 * c[i].t);
+	}
+	ws = ks_mig_working_set(c, 4, cap);
+	assert_true(ws > 8000 && ws < 8800);
+	assert_true(kvmstats_dirty_curve_at(c, 4, t, cap) < 0.9 * want);
+	assert_true(fabs(ks_mig_dirtied_at(c, 4, t, ws, cap) - want) < 0.02 * want);
+	/* Through the first point, and the curve itself past it. */
+	assert_true(fabs(ks_mig_dirtied_at(c, 4, 0.25, ws, cap) - c[0].pages) < 1e-6);
+	assert_true(ks_mig_dirtied_at(c, 4, 0.75, ws, cap) ==
+		    kvmstats_dirty_curve_at(c, 4, 0.75, cap));
+	saturated_curve(c, cap);
+	assert_true(ks_mig_dirtied_at(c, 4, 0.05, cap, cap) ==
+		    kvmstats_dirty_curve_at(c, 4, 0.05, cap));
+}
+
 /* A sync sets bits: a guest that rewrites all of its working set leaves
  * no more than all of it pending (the leftover is in it), not the
  * leftover plus all of it (the high bound, its writes as far apart from
@@ -695,6 +723,7 @@ int main(void)
 		cmocka_unit_test(test_multifd_rate),
 		cmocka_unit_test(test_throttle_schedule),
 		cmocka_unit_test(test_working_set),
+		cmocka_unit_test(test_dirtied_at),
 		cmocka_unit_test(test_fit_line),
 		cmocka_unit_test(test_ranking),
 		cmocka_unit_test(test_walk),
