@@ -341,7 +341,7 @@ struct kvmstats_dirty_result {
 struct kvmstats_dirty_opts {
 	size_t sz;
 	uint32_t pages_per_gib;	/* of guest RAM; 0: 512 (QEMU's default) */
-	uint32_t min_pages;	/* 0: 1024 */
+	uint32_t min_pages;	/* 0: 4096 */
 	uint64_t seed;		/* 0: from the clock */
 };
 
