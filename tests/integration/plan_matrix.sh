@@ -29,7 +29,13 @@
 # the stop-and-copy, at about 1 GB/s here: 5-28 ms of QEMU's downtime) and once more with --interval 0 (the time at no dirtying, T0),
 # then migrates it over loopback TCP to a destination QEMU with the same
 # settings; postcopy is started (migrate-start-postcopy) once the first
-# pass is over. A migration still running after max(3 x T0 + 10 s, 2 x the
+# pass is over. Near and auto-converge above are migrated three times,
+# from one plan (the VM moves on to each new destination), and their
+# median checked: near the threshold QEMU's own result moves by a
+# round or a throttle step from run to run (QEMU 10.0's near sent 75 MB
+# once and 89-92 MB in four other runs; its auto-converge above 133 MB
+# once and 249-273 MB in four others), and one run is a draw, not the
+# migration's cost. A migration still running after max(3 x T0 + 10 s, 2 x the
 # predicted time + 10 s) is cancelled (migrate_cancel), as is one that
 # runs 60 s with auto-converge or postcopy (which must complete).
 # Asserts issue 20's "Done when", for every case:
@@ -115,13 +121,57 @@ run_case() {
 	others cont "$1"
 }
 
+# migrate_once CHAIN NAME BOUND POSTCOPY: migrate the chain's VM to a new
+# destination NAME with its settings; the chain runs on there when QEMU
+# completed. Sets MIG_BYTES, MIG_SEC ("-" when it did not complete within
+# BOUND s) and MIG_REAL.
+migrate_once() {
+	local chain=$1 dst=$2 src ps guest args pd ms
+	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$APPEND_$chain args=\$ARGS_$chain"
+	MIG_BYTES=- MIG_SEC=- MIG_REAL="no destination"
+	# shellcheck disable=SC2086 # word splitting wanted
+	QEMU_MEM=$MEM launch_qemu "$dst" "$guest" $args -incoming defer
+	pd=$QEMU_PID
+	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$CASE_CAPS" "$CASE_PARAMS"; then
+		fail "$dst: the destination QEMU did not start"
+		kill "$pd" 2>/dev/null
+		return 1
+	fi
+	read -r MIG_BYTES ms _ < <(migrate_bounded "$src" "$dst" "$3" "$4")
+	if [ -n "$MIG_BYTES" ]; then
+		kill "$ps" 2>/dev/null
+		eval "VM_$chain=$dst PID_$chain=$pd"
+		MIG_SEC=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
+		MIG_REAL=completed
+	else
+		kill "$pd" 2>/dev/null
+		MIG_BYTES=- MIG_REAL="cancelled after ${3}s"
+	fi
+}
+
+# median_run: of the lines "BYTES SECONDS" on stdin, the median of the
+# completed runs' bytes and of their seconds ("- -" when none completed).
+median_run() {
+	awk 'BEGIN { n = 0 }
+		NF == 2 && $1 != "-" { b[n] = $1; s[n] = $2; n++ }
+		function med(a, n,   i, j, t) {
+			for (i = 1; i < n; i++)
+				for (j = i; j > 0 && a[j - 1] > a[j]; j--) {
+					t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
+				}
+			return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2
+		}
+		END { if (!n) { print "- -"; exit }
+			printf "%.0f %.3f\n", med(b, n), med(s, n) }'
+}
+
 # one_case CHAIN NAME CAPS PARAMS BYTES% TIME% [PLAN OPTIONS...]: set the
 # case's settings on the chain's VM, plan it, migrate it to a new
 # destination with the same settings and check the prediction.
 one_case() {
 	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
-	local src ps guest args dst pd out t0 pred psec verd bound xfer ms sec
-	local must_complete=0 postcopy=0 real
+	local src ps guest args out t0 pred psec verd bound xfer sec
+	local must_complete=0 postcopy=0 real runs="" nfail=0 i
 	shift 6
 	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$APPEND_$chain args=\$ARGS_$chain"
 	params=$(jq -c --argjson bw "$BW" --argjson dt "$DOWNTIME" \
@@ -129,6 +179,7 @@ one_case() {
 	case $caps in *'"auto-converge","state":true'*) must_complete=1 ;; esac
 	case $caps in *'"postcopy-ram","state":true'*) must_complete=1 postcopy=1 ;; esac
 	NCASES=$((NCASES + 1))
+	CASE_CAPS=$caps CASE_PARAMS=$params
 	if ! migration_settings "$src" "$caps" "$params"; then
 		fail "$name: QEMU $VER refused the settings"
 		return 1
@@ -151,25 +202,18 @@ one_case() {
 	[ "$must_complete" = 1 ] && bound=60
 	bound=$(awk -v b="$bound" -v k="$SLOW" 'BEGIN{printf "%.1f", b * k}')
 
-	dst=$name
-	# shellcheck disable=SC2086 # word splitting wanted
-	QEMU_MEM=$MEM launch_qemu "$dst" "$guest" $args -incoming defer
-	pd=$QEMU_PID
-	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$caps" "$params"; then
-		fail "$name: the destination QEMU did not start"
-		kill "$pd" 2>/dev/null
-		return 1
-	fi
-	read -r xfer ms _ < <(migrate_bounded "$src" "$dst" "$bound" "$postcopy")
-	if [ -n "$xfer" ]; then
-		kill "$ps" 2>/dev/null
-		eval "VM_$chain=$dst PID_$chain=$pd"
-		sec=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
-		real="completed"
-	else
-		kill "$pd" 2>/dev/null
-		xfer=- sec=- real="cancelled after ${bound}s"
-	fi
+	for i in $(seq "${RUNS:-1}"); do
+		migrate_once "$chain" "$name.$i" "$bound" "$postcopy"
+		[ "${RUNS:-1}" -gt 1 ] && echo "# $name: run $i: $MIG_BYTES B in ${MIG_SEC}s ($MIG_REAL)"
+		check_verdict "$name" "$verd" "$psec" "$MIG_SEC" "$bound" "$must_complete"
+		[ "$MIG_BYTES" = - ] && nfail=$((nfail + 1))
+		runs="$runs$MIG_BYTES $MIG_SEC
+"
+	done
+	real=$MIG_REAL
+	[ "${RUNS:-1}" -gt 1 ] && real="median of $RUNS runs"
+	[ "${RUNS:-1}" -gt 1 ] && [ "$nfail" -gt 0 ] && real="$nfail of $RUNS cancelled after ${bound}s"
+	read -r xfer sec < <(median_run <<<"$runs")
 	echo "# $name: plan: $(jq -c '.vms[0] | {verdict: (.prediction.verdict // .converges),
 		dirty_pages_per_second, passes: .prediction.passes, mechanism: .prediction.mechanism,
 		bandwidth: .prediction.bandwidth_bytes_per_second,
@@ -182,12 +226,9 @@ one_case() {
 		"$(jq '.vms[0].dirty_pages_per_second // 0' "$TMP/$name.json")" "$pred" "$xfer" \
 		"$psec" "$sec" "$(jq '.vms[0].elapsed_seconds // 0' "$TMP/$name.json")" "$real")
 "
-	check_verdict "$name" "$verd" "$psec" "$sec" "$bound" "$must_complete"
-	if [ "$xfer" = - ]; then
-		[ "$must_complete" = 1 ] &&
-			fail "$name: with auto-converge or postcopy QEMU must complete, did not in ${bound}s"
-		return 0
-	fi
+	[ "$must_complete" = 1 ] && [ "$nfail" -gt 0 ] &&
+		fail "$name: with auto-converge or postcopy QEMU must complete, $nfail of ${RUNS:-1} runs did not in ${bound}s"
+	[ "$xfer" = - ] && return 0
 	check "$name: predicted bytes $pred within $pb% of QEMU's $xfer" within "$pred" "$xfer" "$pb"
 	check "$name: predicted time ${psec}s within $pt% of QEMU's ${sec}s" within_time "$psec" "$sec" "$pt"
 }
@@ -237,11 +278,11 @@ else
 	run_case below zstd-below-random "$MULTIFD" "$Z4" 20 25
 	run_case below autoconv-below "$AC" "$NONE" 10 25
 	run_case below postcopy-below "$PC" "$NONE" 10 15 --postcopy
-	run_case near legacy-near "$LEGACY" "$NONE" 10 15
+	RUNS=3 run_case near legacy-near "$LEGACY" "$NONE" 10 15
 	run_case above legacy-above "$LEGACY" "$NONE" 10 15
 	run_case above multifd4-above "$MULTIFD" "$M4" 10 15
 	run_case above zstd-above-compressible "$MULTIFD" "$Z4" 20 25
-	run_case above autoconv-above "$AC" "$NONE" 10 25
+	RUNS=3 run_case above autoconv-above "$AC" "$NONE" 10 25
 	run_case above postcopy-above "$PC" "$NONE" 10 15 --postcopy
 fi
 check "uncertain in $NUNCERTAIN of $NCASES cases: at most a fifth" \
