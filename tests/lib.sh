@@ -205,10 +205,11 @@ wait_qmp() {
 # migrate_bounded SRC DST BOUND POSTCOPY: SRC to DST (started with -incoming
 # defer) over loopback TCP; with POSTCOPY=1, migrate-start-postcopy once
 # the first pass is over (polled every 10 ms until then, as libvirt's
-# --postcopy-after-precopy waits for the pass's event). Prints "transferred total-time-ms setup-time-ms"
-# once it completed; cancels it after BOUND seconds (returns 2) or when it
-# failed (1). With MIGRATE_TRACE set, each poll appends "seconds status
-# syncs throttle% transferred remaining dirty-pages-rate mbps" to that file.
+# --postcopy-after-precopy waits for the pass's event). Prints
+# "transferred total-time-ms setup-time-ms" once it completed; cancels
+# it after BOUND seconds (returns 2) or when it failed (1). With
+# MIGRATE_TRACE set, each poll appends "seconds status syncs throttle%
+# transferred remaining dirty-pages-rate mbps" to that file.
 migrate_bounded() {
 	local r st sync port started=0 deadline
 	port=$(free_port) || return 1

@@ -35,9 +35,9 @@
 # round or a throttle step from run to run (QEMU 10.0's near sent 75 MB
 # once and 89-95 MB in ten other runs; its auto-converge above 133 MB
 # once and 249-276 MB in ten others), and one run is a draw, not the
-# migration's cost. A migration still running after max(3 x T0 + 10 s, 2 x the
-# predicted time + 10 s) is cancelled (migrate_cancel), as is one that
-# runs 60 s with auto-converge or postcopy (which must complete).
+# migration's cost. A migration still running after max(3 x T0 + 10 s,
+# 2 x the predicted time + 10 s) is cancelled (migrate_cancel), as is one
+# that runs 60 s with auto-converge or postcopy (which must complete).
 # Asserts issue 20's "Done when", for every case:
 #  - completed: predicted bytes within 10% (20% with compression) of
 #    QEMU's ram.transferred, time within 15% (25% with compression or
@@ -121,10 +121,10 @@ run_case() {
 	others cont "$1"
 }
 
-# migrate_once CHAIN NAME BOUND POSTCOPY: migrate the chain's VM to a new
-# destination NAME with its settings; the chain runs on there when QEMU
-# completed. Sets MIG_BYTES, MIG_SEC ("-" when it did not complete within
-# BOUND s) and MIG_REAL.
+# migrate_once CHAIN NAME CAPS PARAMS BOUND POSTCOPY: migrate the chain's
+# VM to a new destination NAME with the case's settings; the chain runs
+# on there when QEMU completed. Sets MIG_BYTES, MIG_SEC ("-" when it did
+# not complete within BOUND s) and MIG_REAL.
 migrate_once() {
 	local chain=$1 dst=$2 src ps guest args pd ms
 	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$APPEND_$chain args=\$ARGS_$chain"
@@ -132,12 +132,12 @@ migrate_once() {
 	# shellcheck disable=SC2086 # word splitting wanted
 	QEMU_MEM=$MEM launch_qemu "$dst" "$guest" $args -incoming defer
 	pd=$QEMU_PID
-	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$CASE_CAPS" "$CASE_PARAMS"; then
+	if ! wait_qmp "$dst" || ! migration_settings "$dst" "$3" "$4"; then
 		fail "$dst: the destination QEMU did not start"
 		kill "$pd" 2>/dev/null
 		return 1
 	fi
-	read -r MIG_BYTES ms _ < <(migrate_bounded "$src" "$dst" "$3" "$4")
+	read -r MIG_BYTES ms _ < <(migrate_bounded "$src" "$dst" "$5" "$6")
 	if [ -n "$MIG_BYTES" ]; then
 		kill "$ps" 2>/dev/null
 		eval "VM_$chain=$dst PID_$chain=$pd"
@@ -145,7 +145,7 @@ migrate_once() {
 		MIG_REAL=completed
 	else
 		kill "$pd" 2>/dev/null
-		MIG_BYTES=- MIG_REAL="cancelled after ${3}s"
+		MIG_BYTES=- MIG_REAL="cancelled after ${5}s"
 	fi
 }
 
@@ -170,16 +170,15 @@ median_run() {
 # destination with the same settings and check the prediction.
 one_case() {
 	local chain=$1 name=$2 caps=$3 params=$4 pb=$5 pt=$6
-	local src ps guest args out t0 pred psec verd bound xfer sec
+	local src ps out t0 pred psec verd bound xfer sec
 	local must_complete=0 postcopy=0 real runs="" nfail=0 i
 	shift 6
-	eval "src=\$VM_$chain ps=\$PID_$chain guest=\$APPEND_$chain args=\$ARGS_$chain"
+	eval "src=\$VM_$chain ps=\$PID_$chain"
 	params=$(jq -c --argjson bw "$BW" --argjson dt "$DOWNTIME" \
 		'. + {"max-bandwidth": $bw, "downtime-limit": $dt}' <<<"$params")
 	case $caps in *'"auto-converge","state":true'*) must_complete=1 ;; esac
 	case $caps in *'"postcopy-ram","state":true'*) must_complete=1 postcopy=1 ;; esac
 	NCASES=$((NCASES + 1))
-	CASE_CAPS=$caps CASE_PARAMS=$params
 	if ! migration_settings "$src" "$caps" "$params"; then
 		fail "$name: QEMU $VER refused the settings"
 		return 1
@@ -203,7 +202,7 @@ one_case() {
 	bound=$(awk -v b="$bound" -v k="$SLOW" 'BEGIN{printf "%.1f", b * k}')
 
 	for i in $(seq "${RUNS:-1}"); do
-		migrate_once "$chain" "$name.$i" "$bound" "$postcopy"
+		migrate_once "$chain" "$name.$i" "$caps" "$params" "$bound" "$postcopy"
 		[ "${RUNS:-1}" -gt 1 ] && echo "# $name: run $i: $MIG_BYTES B in ${MIG_SEC}s ($MIG_REAL)"
 		check_verdict "$name" "$verd" "$psec" "$MIG_SEC" "$bound" "$must_complete"
 		[ "$MIG_BYTES" = - ] && nfail=$((nfail + 1))
