@@ -6,12 +6,26 @@
 # fuzz/corpus/: QEMU's command line (its QMP sockets), its monitor's
 # stats answers (schemas, values, vCPUs), and the QMP client's estimate
 # of what a reply costs json-c, held to what json-c takes. FUZZ_SECONDS
-# (default 20) is each one's time.
+# (default 20) is each one's time; FUZZ_JOBS (default: the CPUs, at most
+# 2) of them run at once, each a single process on its own CPU, their
+# lines printed in order when all have ended.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=none nosan
 source "$(dirname "$0")/../lib.sh"
 
 SECONDS_EACH=${FUZZ_SECONDS:-20}
+JOBS=${FUZZ_JOBS:-$(nproc)}
+[ "$JOBS" -gt 2 ] && JOBS=2
+[ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1
+NJOB=0
+# fuzz_bg ARGS...: fuzz ARGS in the background, once fewer than JOBS run.
+fuzz_bg() {
+	while [ "$(jobs -pr | wc -l)" -ge "$JOBS" ]; do
+		wait -n
+	done
+	NJOB=$((NJOB + 1))
+	fuzz "$@" >"$TMP/job$NJOB.tap" 2>&1 &
+}
 
 # fuzz NAME FUZZER CORPUS MAXLEN
 fuzz() {
@@ -32,10 +46,10 @@ fuzz() {
 mkdir -p "$TMP/images" "$TMP/logs"
 cp "$ROOT"/tests/fixtures/*.bin "$TMP/images/"
 "$ROOT/build/mkbad" "$TMP/images" >/dev/null
-fuzz "image parser" "$ROOT/build/fuzz/fuzz_image" "$TMP/images" 16384
+fuzz_bg "image parser" "$ROOT/build/fuzz/fuzz_image" "$TMP/images" 16384
 
 if "$ROOT/build/mklog" --small "$TMP/logs"; then
-	fuzz "log reader" "$ROOT/build/fuzz/fuzz_log" "$TMP/logs" 65536
+	fuzz_bg "log reader" "$ROOT/build/fuzz/fuzz_log" "$TMP/logs" 65536
 else
 	fail "fuzz log reader" "build/mklog could not write the seed logs"
 fi
@@ -44,6 +58,10 @@ for name in cmdline qmp qmp_cost; do
 	mkdir -p "$TMP/$name"
 	cp "$ROOT/fuzz/corpus/$name"/* "$TMP/$name/"
 done
-fuzz "QEMU command line" "$ROOT/build/fuzz/fuzz_cmdline" "$TMP/cmdline" 16384
-fuzz "QMP stats answers" "$ROOT/build/fuzz/fuzz_qmp" "$TMP/qmp" 65536
-fuzz "QMP cost estimate" "$ROOT/build/fuzz/fuzz_qmp_cost" "$TMP/qmp_cost" 65536
+fuzz_bg "QEMU command line" "$ROOT/build/fuzz/fuzz_cmdline" "$TMP/cmdline" 16384
+fuzz_bg "QMP stats answers" "$ROOT/build/fuzz/fuzz_qmp" "$TMP/qmp" 65536
+fuzz_bg "QMP cost estimate" "$ROOT/build/fuzz/fuzz_qmp_cost" "$TMP/qmp_cost" 65536
+wait
+for i in $(seq "$NJOB"); do
+	cat "$TMP/job$i.tap"
+done
