@@ -12,6 +12,9 @@
 #   tests/run.sh --lab --stock --stack SUITE
 #                                the stock pass of a Debian suite's stack
 #                                (tests/lab/kvmlab --stack; trixie, sid)
+#   tests/run.sh --lab [--stock] --stacks
+#                                the lab pass, then the stacks' passes
+#                                (KVMSTATS_TEST_STACKS), as make test runs them
 #   tests/run.sh --inner         (inside the lab: one item of a lab pass, as told by
 #                                 KVMSTATS_RUN_* variables)
 #
@@ -48,10 +51,10 @@ passed=0 failed=0 skipped=0
 MODE=outer NPT=${NPT:-} LAB_WHAT=all
 QEMU_VERSIONS=${KVMSTATS_TEST_QEMUS:-system 10.0}
 # The stacks whose stock pass make test runs too, besides the host's own
-# (see stack_pass), and what that pass runs.
-STACKS=${KVMSTATS_TEST_STACKS:-}
+# (see stack_pass; KVMSTATS_TEST_STACKS= for none), and what that pass runs.
+STACKS=${KVMSTATS_TEST_STACKS-trixie sid}
 STACK_SCRIPTS=${KVMSTATS_TEST_STACK_SCRIPTS:-check_kvm agree stock plan_migrate libvirt serve}
-STACK=
+STACK='' WITH_STACKS=0
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -60,7 +63,8 @@ while [ $# -gt 0 ]; do
 	--npt) NPT=$2; shift ;;
 	--stock) LAB_WHAT=stock ;;
 	--stack) STACK=$2; shift ;;
-	*) echo "usage: $0 [--lab [--npt 0|1] [--stock [--stack SUITE]]]" >&2; exit 2 ;;
+	--stacks) WITH_STACKS=1 ;;
+	*) echo "usage: $0 [--lab [--npt 0|1] [--stock] [--stack SUITE | --stacks]]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -362,6 +366,7 @@ lab_items() {
 		[ "$v" = system ] && continue
 		var=KVMSTATS_QEMU_${v//./_}
 		[ "${!var:-}" = system ] && continue	# the system's QEMU (lab_pass asked)
+		[ "$1" = stock ] && stack_meets "$v" && continue
 		qs=""
 		for t in $(lab_scripts "$1"); do
 			tag "$t" qemu || continue
@@ -431,13 +436,101 @@ stack_pass() {
 # host_stack: this host's Debian suite (its stack is the plain lab's).
 host_stack() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}"); }
 
-# stack_passes: the stacks of KVMSTATS_TEST_STACKS but the host's own.
-stack_passes() {
+# run_stacks: the stacks of KVMSTATS_TEST_STACKS but the host's own, as
+# make test (or --lab --stacks) runs them, where this user may: a
+# stack's root is made with debootstrap and chroot, as root.
+run_stacks() {
 	local s
+	[ "$MODE" = outer ] || [ "$WITH_STACKS" = 1 ] || return 0
+	[ "$(id -u)" = 0 ] || return 0
+	for s in $STACKS; do
+		[ "$s" = "$(host_stack)" ] || echo "$s"
+	done
+}
+
+# stack_skips: run by another user than root, each stack is skipped,
+# saying why.
+stack_skips() {
+	local s
+	[ "$(id -u)" = 0 ] && return
 	for s in $STACKS; do
 		[ "$s" = "$(host_stack)" ] && continue
-		stack_pass "$s"
+		echo "ok - lab: $s stack # SKIP its root is made with debootstrap, as root (KVMSTATS_TEST_STACKS= runs none)"
+		skipped=$((skipped + 1))
 	done
+}
+
+# suite_qemu SUITE: the QEMU a Debian suite ships, as a version of the
+# QEMU matrix (Debian 13's is 10.0 for its life), or nothing.
+suite_qemu() { case $1 in trixie) echo 10.0 ;; esac; }
+
+# stack_meets VERSION: does a stack this run passes meet QEMU VERSION on
+# a stock KVM, as its own QEMU? The host's stock pass then leaves that
+# QEMU to it: one stock pass per QEMU (the lab's 96 s of QEMU 10.0 on
+# 6.1 left out, where trixie's pass runs it on 6.12).
+stack_meets() {
+	local s
+	for s in $(run_stacks); do
+		[ "$(suite_qemu "$s")" = "$1" ] && return 0
+	done
+	return 1
+}
+
+# lane_job JOB: one job of lanes: "stock" (this host's stock pass) or
+# "stack:SUITE".
+lane_job() {
+	case $1 in
+	stock) lab_pass "lab: stock-KVM pass" stock ;;
+	stack:*) stack_pass "${1#stack:}" ;;
+	esac
+}
+
+# lanes JOB...: the lab passes JOB, KVMSTATS_LAB_LANES (default 2) at a
+# time, each lab then of one vCPU. Two labs of two vCPUs at once each
+# ran 2-3 times slower than alone (one's vCPUs spinning on the other's,
+# preempted); two of one vCPU each run a little slower, but end both in
+# about the time of the longer (docs/testing.md, How long it takes).
+# Each job's lines are printed whole, in the order given, once all ended.
+lanes() {
+	local max=${KVMSTATS_LAB_LANES:-2} i=0 j p f s job LAB_SMP=${LAB_SMP:-}
+	[ "$max" -gt 1 ] && LAB_SMP=1
+	for job in "$@"; do
+		while [ "$(jobs -pr | wc -l)" -ge "$max" ]; do
+			wait -n
+		done
+		i=$((i + 1))
+		echo "# lane: $job starts after $SECONDS s${LAB_SMP:+, a lab of $LAB_SMP vCPU}"
+		(
+			passed=0 failed=0 skipped=0
+			lane_job "$job"
+			echo "$passed $failed $skipped" >"$LOG/lane$i.count"
+		) >"$LOG/lane$i.out" 2>&1 &
+	done
+	wait
+	for ((j = 1; j <= i; j++)); do
+		cat "$LOG/lane$j.out"
+		if read -r p f s 2>/dev/null <"$LOG/lane$j.count"; then
+			passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+		else
+			echo "not ok - lab: lane $j ended without its totals"
+			failed=$((failed + 1))
+		fi
+	done
+	[ "$i" = 0 ] || echo "# lanes: $i lab passes ended after $SECONDS s"
+}
+
+# labs WHAT: the lab passes after this host's own tests: WHAT (all: every
+# KVM test, alone first, as its tests were timed; stock: the stock pass;
+# none), then in lanes the stacks (the stock pass among them).
+labs() {
+	local s jobs=()
+	[ "$1" = all ] && lab_pass "lab: every KVM test" all
+	[ "$1" = stock ] && jobs+=(stock)
+	for s in $(run_stacks); do
+		jobs+=("stack:$s")
+	done
+	stack_skips
+	lanes "${jobs[@]}"
 }
 
 # lab_boot NAME ITEM KVMLAB-OPTIONS...: one boot of the lab for ITEM
@@ -449,7 +542,7 @@ lab_boot() {
 	lockdown:*) item=${item#lockdown:} append="$append${append:+ }lockdown=integrity" ;;
 	esac
 	run "$name" 3600 env KVMSTATS_LAB_APPEND="$append" \
-		tests/lab/kvmlab --npt "$NPT" --timeout 3500 "$@" \
+		tests/lab/kvmlab --npt "$NPT" --smp "${LAB_SMP:-2}" --timeout 3500 "$@" \
 		--env KVMSTATS_RUN_ITEM="$item" --env KVMSTATS_TEST_QEMUS="$QEMU_VERSIONS" \
 		-- bash tests/run.sh --inner
 }
@@ -503,6 +596,8 @@ inner)
 lab)
 	if [ -n "$STACK" ] && [ "$STACK" != "$(host_stack)" ]; then
 		stack_pass "$STACK"
+	elif [ "$WITH_STACKS" = 1 ]; then
+		labs "$LAB_WHAT"
 	else
 		lab_pass "lab: $LAB_WHAT" "$LAB_WHAT"
 	fi
@@ -514,15 +609,15 @@ outer)
 	if stock_kvm; then
 		echo "# KVM tests: on this machine's stock KVM ($(kvm_module))"
 		kvm_suite stock-kvm
+		labs none
 	elif have_kvm; then
 		echo "# KVM tests: on this machine's KVM ($(kvm_module)), then a stock-KVM pass in the lab"
 		kvm_suite
-		lab_pass "lab: stock-KVM pass" stock
+		labs stock
 	else
 		echo "# KVM tests: this machine has no /dev/kvm, so in the lab"
-		lab_pass "lab: every KVM test" all
+		labs all
 	fi
-	stack_passes
 	;;
 esac
 
