@@ -245,7 +245,8 @@ test-build: test-deps
 
 # The whole suite: unit, CLI, fuzz, KVM and QEMU integration (on this
 # machine's /dev/kvm, or in the lab where there is none), a stock-KVM pass
-# in the lab, and the tests again under ASan+UBSan (see tests/run.sh).
+# in the lab, the tests again under ASan+UBSan, and the stacks of Debian
+# 13 and unstable in the lab (see tests/run.sh).
 test: test-build
 	tests/run.sh
 
@@ -259,7 +260,8 @@ test-lab: test-build
 # The stock pass of another Debian suite's stack in the lab (its kernel,
 # QEMU, libvirt and libraries; the project built in its root, made once
 # with debootstrap and cached; as root): STACK=trixie or sid. make test
-# runs the stacks named in KVMSTATS_TEST_STACKS; see docs/testing.md.
+# runs the stacks of KVMSTATS_TEST_STACKS (default trixie and sid, two lab
+# passes at a time); see docs/testing.md.
 STACK ?= trixie
 test-stack: test-deps
 	tests/run.sh --lab --stock --stack $(STACK)
