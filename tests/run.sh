@@ -436,16 +436,22 @@ stack_pass() {
 # host_stack: this host's Debian suite (its stack is the plain lab's).
 host_stack() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}"); }
 
-# run_stacks: the stacks of KVMSTATS_TEST_STACKS but the host's own, as
-# make test (or --lab --stacks) runs them, where this user may: a
-# stack's root is made with debootstrap and chroot, as root.
+# other_stacks: the stacks of KVMSTATS_TEST_STACKS but the host's own.
+other_stacks() {
+	local s host
+	host=$(host_stack)
+	for s in $STACKS; do
+		[ "$s" = "$host" ] || echo "$s"
+	done
+}
+
+# run_stacks: other_stacks, as make test (or --lab --stacks) runs them,
+# where this user may: a stack's root is made with debootstrap and
+# chroot, as root.
 run_stacks() {
-	local s
 	[ "$MODE" = outer ] || [ "$WITH_STACKS" = 1 ] || return 0
 	[ "$(id -u)" = 0 ] || return 0
-	for s in $STACKS; do
-		[ "$s" = "$(host_stack)" ] || echo "$s"
-	done
+	other_stacks
 }
 
 # stack_skips: run by another user than root, each stack is skipped,
@@ -453,8 +459,7 @@ run_stacks() {
 stack_skips() {
 	local s
 	[ "$(id -u)" = 0 ] && return
-	for s in $STACKS; do
-		[ "$s" = "$(host_stack)" ] && continue
+	for s in $(other_stacks); do
 		echo "ok - lab: $s stack # SKIP its root is made with debootstrap, as root (KVMSTATS_TEST_STACKS= runs none)"
 		skipped=$((skipped + 1))
 	done
@@ -536,13 +541,14 @@ labs() {
 # lab_boot NAME ITEM KVMLAB-OPTIONS...: one boot of the lab for ITEM
 # (lockdown:ITEM: with the kernel locked down).
 lab_boot() {
-	local name=$1 item=$2 append=${KVMSTATS_LAB_APPEND:-}
+	local name=$1 item=$2 append=${KVMSTATS_LAB_APPEND:-} smp=()
 	shift 2
 	case $item in
 	lockdown:*) item=${item#lockdown:} append="$append${append:+ }lockdown=integrity" ;;
 	esac
+	[ -n "${LAB_SMP:-}" ] && smp=(--smp "$LAB_SMP")	# (lanes), else kvmlab's
 	run "$name" 3600 env KVMSTATS_LAB_APPEND="$append" \
-		tests/lab/kvmlab --npt "$NPT" --smp "${LAB_SMP:-2}" --timeout 3500 "$@" \
+		tests/lab/kvmlab --npt "$NPT" "${smp[@]}" --timeout 3500 "$@" \
 		--env KVMSTATS_RUN_ITEM="$item" --env KVMSTATS_TEST_QEMUS="$QEMU_VERSIONS" \
 		-- bash tests/run.sh --inner
 }

@@ -15,8 +15,8 @@ source "$(dirname "$0")/../lib.sh"
 
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 JOBS=${FUZZ_JOBS:-$(nproc)}
-[ "$JOBS" -gt 2 ] && JOBS=2
 [ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1
+[ "$JOBS" -gt 2 ] && JOBS=2
 NJOB=0
 # fuzz_bg ARGS...: fuzz ARGS in the background, once fewer than JOBS run.
 fuzz_bg() {
