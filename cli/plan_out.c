@@ -200,7 +200,10 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	cj = json_object_new_object();
 	jset(cj, "count", json_object_new_int64(d->cpus));
 	jset(cj, "source", jstr(d->cpus_source));
+	jset(cj, "vmm_busy", isnan(d->vmm_busy) ? NULL : jnum(d->vmm_busy));
 	jset(pred, "source_cpus", cj);
+	jset(pred, "multifd_windows_vary",
+	     s->multifd ? json_object_new_boolean(d->windows_vary) : NULL);
 	jset(pred, "wire_bytes", ju64(d->wire_bytes));
 	if (c->valid || c->note[0]) {
 		cj = json_object_new_object();
@@ -401,8 +404,14 @@ static void print_settings(const struct kvmstats_plan *p)
 		       s->postcopy && !s->postcopy_bw ? " and post-copy" : "");
 	else
 		printf("  link: not known (--link): the stop-and-copy at max-bandwidth\n");
-	printf("  CPUs for the migration's threads: %u (%s)\n", d->cpus,
+	printf("  CPUs for the migration's threads: %u (%s)", d->cpus,
 	       d->cpus_source && !strcmp(d->cpus_source, "affinity") ? "the VMM's affinity" : "this host's");
+	if (!isnan(d->vmm_busy))
+		printf("; the VMM kept %.2f busy", d->vmm_busy);
+	printf("\n");
+	if (s->multifd && d->windows_vary)
+		printf("  multifd: busy vCPUs share those CPUs: each window's packets "
+		       "in flight vary (the median of many draws)\n");
 	if (d->compress.note[0])
 		printf("  compression: %s\n", d->compress.note);
 	if (d->walk_rate > 0)

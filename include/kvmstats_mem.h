@@ -415,6 +415,11 @@ struct kvmstats_migrate_input {
 	 * max-bandwidth) and post-copy without max-postcopy-bandwidth.
 	 * 0: not known, bandwidth taken (the downtime's upper bound). */
 	double link_bw;
+	/* CPUs the VMM kept busy while its dirty rate was sampled (its CPU
+	 * time over that interval: the guest's vCPUs, no migration running
+	 * yet); 0: idle, or not measured. Busy vCPUs that share the
+	 * migration threads' CPUs make multifd's windows vary. */
+	double vmm_busy;
 };
 
 /* Whether the migration completes, with the inputs' uncertainty: the
@@ -746,6 +751,11 @@ struct kvmstats_migrate_detail {
 	 * max-postcopy-bandwidth) was modelled at; 0: not known, taken at
 	 * max-bandwidth. */
 	double link_bw;
+	/* The CPUs the VMM kept busy (the input's vmm_busy; a plan's is NAN
+	 * where it could not read the VMM's CPU time), and whether
+	 * multifd's windows were modelled as varying for it. */
+	double vmm_busy;
+	bool windows_vary;
 };
 
 KVMSTATS_API const struct kvmstats_migrate_detail *

@@ -155,6 +155,7 @@ ssize_t ks_read_small(const char *path, char *buf, size_t len);
 int ks_proc_vmm_check(pid_t pid, char *why, size_t why_sz);
 /* How many CPUs @pid may run on (its affinity); or -errno. */
 int ks_proc_cpus(pid_t pid);
+int ks_proc_cpu_ns(pid_t pid, uint64_t *ns);
 void ks_vm_free(struct kvmstats_vm *vm);
 
 /* Give an ops reader (kvmstats_reader__open_ops) the id its target would
@@ -298,9 +299,15 @@ static inline uint64_t ks_now_ns(void)
  * rate limit is a budget per 100 ms window, the migration thread reads its
  * pending estimate once per window; the pages of the bitmap still set
  * when that estimate first falls under @thr pages, windows of @win pages
- * apart, which a sync of the bitmap keeps pending. */
+ * apart, which a sync of the bitmap keeps pending: at the end of the
+ * first pass their mean (ks_mig_leftover), after a sync that left @pages
+ * what whole windows leave (ks_mig_round_leftover). */
 #define KS_MIG_WINDOW_S 0.1
+/* Syncs without a new low of the pending memory after which a migration
+ * is called non-converging (the model's and the drain's rule). */
+#define KS_MIG_STALLED 4
 double ks_mig_leftover(double thr, double win);
+double ks_mig_round_leftover(double pages, double thr, double win);
 struct kvmstats_dirty_point;
 /* migrate_model.c: the pages a guest writes to, read off its curve (@cap
  * where it does not level off); of @d pages it dirtied since a sync,

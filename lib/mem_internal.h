@@ -265,7 +265,18 @@ struct ks_mig_pages {
 void ks_multifd_pass(const struct kvmstats_migrate_settings *s,
 		     const struct kvmstats_compress_estimate *c,
 		     const struct ks_mig_pages *pg, double *reported, double *wire);
-double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s);
+/* The packets that may be in flight over a window's budget, and how
+ * many are on @cpus CPUs the guest keeps @busy busy; one window's bytes
+ * at max-bandwidth @bw with @k in flight; the mean rate, @k from @lo to
+ * @hi. */
+unsigned int ks_multifd_inflight(const struct kvmstats_migrate_settings *s);
+void ks_multifd_inflight_range(const struct kvmstats_migrate_settings *s,
+			       double cpus, double busy, unsigned int *lo,
+			       unsigned int *hi);
+double ks_multifd_bandwidth(const struct kvmstats_migrate_settings *s, double bw,
+			    unsigned int lo, unsigned int hi);
+double ks_multifd_window(const struct kvmstats_migrate_settings *s, double bw,
+			 unsigned int k);
 /* Threads that test pages for zero: the channels (9.0+ multifd with
  * zero-page-detection=multifd), the migration thread (1), or none (0:
  * zero-page-detection=none). */
@@ -311,6 +322,14 @@ void ks_throttle_sync(struct ks_throttle *th, const struct kvmstats_migrate_sett
  * working set allows (the high bound). */
 #define KS_MIG_RUN_UNIFORM 0u
 #define KS_MIG_RUN_APART 1u
+/* Where windows vary (multifd 8.x+: ks_multifd_window()), the draws of
+ * path @n (0: the first) of the many the verdict runs. */
+#define KS_MIG_RUN_PATH(n) ((unsigned int)(n) << 8)
+#define KS_MIG_RUN_PATH_OF(flags) ((flags) >> 8)
+/* Whether multifd's windows vary for @in (the verdict then runs many
+ * paths). */
+bool ks_migrate_windows_vary(const struct kvmstats_migrate_input *in,
+			     const struct kvmstats_migrate_settings *s);
 int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   const struct kvmstats_migrate_settings *s,
 		   const struct kvmstats_compress_estimate *c,

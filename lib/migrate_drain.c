@@ -13,8 +13,9 @@
  * union over the working set, as the model takes it); the stop-and-copy
  * comes when they fit in the current bandwidth x downtime-limit. At a
  * constant bandwidth the two agree (the unit tests check it). A
- * migration whose passes stop shrinking (by 1%, the model's rule) never
- * ends at that bandwidth: it waits for a bigger share or its abort.
+ * migration whose pending memory after a sync stops falling (no new low
+ * in 4 syncs, the model's rule) never ends at that bandwidth: it waits
+ * for a bigger share or its abort.
  */
 #include <errno.h>
 #include <math.h>
@@ -56,7 +57,9 @@ struct mig {
 	double setup_left, left, pass_b, pass_t, sent;
 	double pass_pg;		/* pages of the pass, its leftover included */
 	uint32_t passes;
-	bool stuck;		/* the last pass did not shrink */
+	bool stuck;		/* its pending memory stopped falling */
+	double low;		/* the least pending after a sync so far */
+	uint32_t stalled;	/* syncs since it was last lower */
 	double start, end, abort_at;
 	double share;
 	double own;		/* min(its max-bandwidth, its walk's pace) */
@@ -99,6 +102,7 @@ static void mig_start(struct mig *m, const struct dvm *v, int curve, double now,
 			       (double)(in->nonzero_pages + in->unknown_pages), in->nblocks);
 	m->left = m->pass_b;
 	m->passes = 1;
+	m->low = INFINITY;
 	m->start = now;
 	m->pass_pg = v->cap;
 	m->end = INFINITY;
@@ -114,8 +118,15 @@ static double hold(const struct mig *m, double bw)
 
 	if (m->ph == P_FINAL || per <= 0 || bw <= 0)
 		return 0;
-	l = ks_mig_leftover(bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
-			    bw * KS_MIG_WINDOW_S / per);
+	/* The first pass ends at any phase of a window, a later one after
+	 * whole windows (migrate_model.c). */
+	if (m->passes > 1)
+		l = ks_mig_round_leftover(m->pass_pg,
+					  bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
+					  bw * KS_MIG_WINDOW_S / per);
+	else
+		l = ks_mig_leftover(bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
+				    bw * KS_MIG_WINDOW_S / per);
 	l = (l < m->pass_pg ? l : m->pass_pg) * per;
 	return l < m->left ? l : m->left;
 }
@@ -127,7 +138,6 @@ static void end_of_pass(struct mig *m, double bw)
 {
 	const struct kvmstats_migrate_input *in = &m->v->in.model;
 	double d, pend, per = m->pass_pg > 0 ? m->pass_b / m->pass_pg : 0;
-	double sent = m->pass_b - m->left;
 
 	if (m->ph == P_FINAL) {
 		m->ph = P_DONE;
@@ -144,7 +154,13 @@ static void end_of_pass(struct mig *m, double bw)
 	m->left = m->pass_b;
 	if (pend * KVMSTATS_PAGE_SIZE < bw * m->v->downtime_s)
 		m->ph = P_FINAL;
-	m->stuck = m->ph != P_FINAL && m->pass_b - hold(m, bw) >= sent * 0.99;
+	if (pend < m->low * 0.999) {
+		m->low = pend;
+		m->stalled = 0;
+	} else {
+		m->stalled++;
+	}
+	m->stuck = m->ph != P_FINAL && m->stalled >= KS_MIG_STALLED;
 	m->pass_t = 0;
 	m->passes++;
 }

@@ -83,6 +83,9 @@
  * non-converging (it would take hours). */
 #define KS_MIG_MAX_SYNCS 1000
 
+/* Seeds the draws of a run's path (ks_migrate_run's flags). */
+#define KS_MIG_SEED 0x9e3779b97f4a7c15ull
+
 /* ---- the model ---- */
 
 double kvmstats_dirty_curve_at(const struct kvmstats_dirty_point *c, uint32_t n,
@@ -225,6 +228,27 @@ static double walk_per_page(const struct kvmstats_migrate_input *in,
 	return KS_PAGE / (in->walk_rate * on_cpus(in, testers));
 }
 
+/* Multifd's packets in flight over a window's budget, @lo to @hi, for
+ * the CPUs the source's threads have and those its vCPUs kept busy. */
+static void inflight(const struct kvmstats_migrate_input *in,
+		     const struct kvmstats_migrate_settings *s, unsigned int *lo,
+		     unsigned int *hi)
+{
+	ks_multifd_inflight_range(s, (double)source_cpus(in), in->vmm_busy, lo,
+				  hi);
+}
+
+bool ks_migrate_windows_vary(const struct kvmstats_migrate_input *in,
+			     const struct kvmstats_migrate_settings *s)
+{
+	unsigned int lo, hi;
+
+	if (!s || !s->multifd)
+		return false;
+	inflight(in, s, &lo, &hi);
+	return hi > lo;
+}
+
 /* The model's state over the passes. */
 struct run {
 	struct kvmstats_migrate_input in;
@@ -232,6 +256,12 @@ struct run {
 	struct mech m;
 	struct ks_throttle th;
 	double bw, thr, cap, rate;
+	double downtime;	/* downtime-limit, s */
+	unsigned int k_lo, k_hi;	/* multifd packets a window sends over
+					 * its budget, drawn from k_lo to k_hi */
+	double thr_max;		/* the threshold after the fullest window */
+	double win_thr;		/* the threshold after the last window sent */
+	uint64_t rng;		/* draws each window's packets in flight */
 	double walk;		/* seconds per page QEMU tests, 0: not modelled */
 	double bytes, t;	/* sent since the last sync, and in what time */
 	double left, left_b, left_w;	/* pages (bytes reported, on the wire)
@@ -241,6 +271,8 @@ struct run {
 	bool apart;		/* the guest's writes apart from the leftover
 				 * (else uniform over ws) */
 	double total_b, total_t;
+	double low;		/* the least pending after a sync so far */
+	unsigned int stalled;	/* syncs since it was last lower */
 };
 
 /* Pages dirtied within a pass of @t seconds (the guest's own time runs
@@ -391,25 +423,144 @@ double ks_mig_leftover(double thr, double win)
 	return win <= thr ? thr - win / 2 : thr * thr / (2 * win);
 }
 
+/* QEMU's threshold after a window that sent @w bytes: the bandwidth it
+ * measured over the window, or avail-switchover-bandwidth where set
+ * (8.2+), times downtime-limit. */
+static double threshold(const struct run *r, double w)
+{
+	if (r->s && r->s->switchover_bw > 0)
+		return r->s->switchover_bw * r->downtime;
+	return w / KS_MIG_WINDOW_S * r->downtime;
+}
+
+/* Bytes of a window with @k multifd packets in flight over its budget;
+ * without multifd windows do not vary: the rate's. */
+static double window_bytes_at(const struct run *r, unsigned int k)
+{
+	if (!r->s || !r->s->multifd)
+		return r->rate * KS_MIG_WINDOW_S;
+	return ks_multifd_window(r->s, r->bw, k);
+}
+
+/* The next window: its bytes, and the threshold QEMU takes from it. Its
+ * multifd packets in flight are drawn (xorshift64*, seeded per path, so
+ * a run is reproducible). */
+static double next_window(struct run *r)
+{
+	unsigned int k = r->k_lo;
+	double w;
+
+	if (r->k_hi > r->k_lo) {
+		r->rng ^= r->rng >> 12;
+		r->rng ^= r->rng << 25;
+		r->rng ^= r->rng >> 27;
+		k += (unsigned int)((r->rng * 2685821657736338717ull) >> 33) %
+		     (r->k_hi - r->k_lo + 1);
+	}
+	w = window_bytes_at(r, k);
+	r->win_thr = threshold(r, w);
+	return w;
+}
+
+/* Windows that do not vary, of @win pages each, after a sync that left
+ * @pages pending over the threshold @thr: the pages left after the
+ * first window that takes the estimate under @thr. */
+double ks_mig_round_leftover(double pages, double thr, double win)
+{
+	double windows;
+
+	if (win <= 0)
+		return 0;
+	windows = pages > thr ? floor((pages - thr) / win) + 1 : 1;
+	return fmax(0, pages - windows * win);
+}
+
+/* After a sync that left @pages pending (@per bytes each) over the
+ * threshold: the migration thread reads the estimate after each window
+ * and syncs after the first that leaves it under that window's own
+ * threshold. Traced on QEMU 10.0 (multifd, a guest dirtying above the
+ * threshold), the pending memory walked down sync after sync by what
+ * the windows of a round sent less what the guest dirtied meanwhile, and
+ * the syncs came after the fullest windows. Returns the round's windows
+ * (the last one in part where the pages ran out) and sets @left. */
+static double round_windows(struct run *r, double pages, double per,
+			    double *left)
+{
+	double e = pages * per, n;
+
+	if (r->k_hi == r->k_lo) {
+		double win = window_bytes_at(r, r->k_lo);
+
+		*left = ks_mig_round_leftover(pages, r->thr / KS_PAGE,
+					      win / per);
+		r->win_thr = r->thr;
+		return *left > 0 ? (pages - *left) * per / win
+				 : pages * per / win;
+	}
+	for (n = 1;; n++) {
+		double w = next_window(r);
+
+		if (e <= w) {
+			*left = 0;
+			return n - 1 + e / w;
+		}
+		e -= w;
+		if (e / per * KS_PAGE < r->win_thr) {
+			*left = e / per;
+			return n;
+		}
+	}
+}
+
 /* Up to the next sync: of @pages pending (@b bytes reported, @w on the
- * wire), send all but the leftover; the rest waits for the sync. */
+ * wire), send all but the leftover; the rest waits for the sync. The
+ * first pass is long, so the window it ends in leaves a leftover at any
+ * phase (its mean); a round after a sync is whole windows. */
 static void send_to_sync(struct run *r, double pages, double normal, double b,
-			 double w)
+			 double w, bool after_sync)
 {
 	double per = pages > 0 ? b / pages : 0,
 	       perw = pages > 0 ? w / pages : 0;
-	double win = per > 0 ? r->rate * KS_MIG_WINDOW_S / per : pages;
-	double left = ks_mig_leftover(r->thr / KS_PAGE, win);
+	double left = 0, windows = 0;
 
+	if (after_sync && per > 0) {
+		windows = round_windows(r, pages, per, &left);
+	} else if (!after_sync) {
+		left = ks_mig_leftover(r->thr / KS_PAGE,
+				       per > 0 ? r->rate * KS_MIG_WINDOW_S / per
+					       : pages);
+		next_window(r);
+	}
 	if (left > pages)
 		left = pages;
 	r->left = left;
 	r->left_b = left * per;
 	r->left_w = left * perw;
 	r->bytes = b - r->left_b;
-	r->t = pass_seconds(r, r->bytes, pages - left,
-			    pages > 0 ? normal * (1 - left / pages) : 0);
+	normal = pages > 0 ? normal * (1 - left / pages) : 0;
+	r->t = after_sync ? fmax(windows * KS_MIG_WINDOW_S,
+				 cpu_seconds(r, pages - left, normal))
+			  : pass_seconds(r, r->bytes, pages - left, normal);
 	r->m.wire += w - r->left_w;
+}
+
+/* Whether the pending memory after a sync, @pend, has stopped falling:
+ * no new low for KS_MIG_STALLED syncs once auto-converge (if on) can
+ * throttle no harder. Rounds are whole windows, so the pending memory
+ * can rise and fall from sync to sync while it still converges. */
+static bool stalled(struct run *r, double pend)
+{
+	if (pend < r->low * 0.999) {
+		r->low = pend;
+		r->stalled = 0;
+		return false;
+	}
+	if (r->th.on && r->th.pct < ks_throttle_max(r->s)) {
+		r->stalled = 0;
+		return false;
+	}
+	/* Under the fullest window's threshold, a sync may still complete. */
+	return ++r->stalled >= KS_MIG_STALLED && r->low * KS_PAGE >= r->thr_max;
 }
 
 /* The pre-copy rounds after the first sync: true when it converges. */
@@ -417,7 +568,7 @@ static bool precopy(struct run *r, uint32_t maxp,
 		    struct kvmstats_migrate_prediction *out)
 {
 	for (;;) {
-		double d, pend, pend_b, pend_w, prev = r->bytes;
+		double d, pend, pend_b, pend_w;
 
 		if (r->th.pct)
 			r->th.throttled_s += r->t;
@@ -429,7 +580,7 @@ static bool precopy(struct run *r, uint32_t maxp,
 					       d > 0 ? r->in.nblocks : 0,
 					       &pend_w);
 		pend_w += r->left_w;
-		if (pend * KS_PAGE < r->thr) {
+		if (pend * KS_PAGE < r->win_thr) {
 			/* Stop and copy: the rest, with the VM paused. */
 			out->final_bytes = (uint64_t)pend_b;
 			out->downtime_s = final_seconds(r, pend_b, pend);
@@ -439,15 +590,12 @@ static bool precopy(struct run *r, uint32_t maxp,
 			out->passes++;
 			return true;
 		}
-		send_to_sync(r, pend, pend, pend_b, pend_w);
+		send_to_sync(r, pend, pend, pend_b, pend_w, true);
 		r->left_dirtied = true;
 		r->total_b += r->bytes;
 		r->total_t += r->t;
 		out->passes++;
-		/* While auto-converge can still throttle harder, go on. */
-		if ((r->bytes >= prev * 0.99 &&
-		     (!r->th.on || r->th.pct >= ks_throttle_max(r->s))) ||
-		    out->passes >= maxp) {
+		if (stalled(r, pend) || out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
 				 "after %u syncs %.0f MiB are still dirty (%.0f "
 				 "pages dirtied in %.2f s) > %.0f MiB allowed in "
@@ -466,7 +614,7 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		   struct kvmstats_migrate_detail *d, unsigned int flags)
 {
 	struct run r = { .s = s, .th = { .on = s && s->auto_converge },
-			 .apart = flags & KS_MIG_RUN_APART };
+			 .apart = flags & KS_MIG_RUN_APART, .low = INFINITY };
 	double normal, first, wire;
 	uint32_t maxp;
 	int err = ks_opts_copy(&r.in, sizeof(r.in), input);
@@ -478,13 +626,17 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	r.bw = r.in.bandwidth > 0 ? r.in.bandwidth
 				  : (double)KVMSTATS_QEMU_MAX_BANDWIDTH;
 	/* The rate the transfer runs at: multifd's can exceed the limit. */
-	r.rate = s && s->multifd ? ks_multifd_bandwidth(s) * r.bw / s->bandwidth
-				 : legacy_rate(s, r.bw);
-	/* QEMU's threshold is the bandwidth it measured (what ran), or
-	 * avail-switchover-bandwidth where set (8.2+), times downtime-limit. */
-	r.thr = (s && s->switchover_bw > 0 ? s->switchover_bw : r.rate) *
-		(r.in.downtime_s > 0 ? r.in.downtime_s
-				     : KVMSTATS_QEMU_DOWNTIME_MS / 1e3);
+	if (s && s->multifd) {
+		inflight(&r.in, s, &r.k_lo, &r.k_hi);
+		r.rate = ks_multifd_bandwidth(s, r.bw, r.k_lo, r.k_hi);
+	} else {
+		r.rate = legacy_rate(s, r.bw);
+	}
+	r.downtime = r.in.downtime_s > 0 ? r.in.downtime_s
+					 : KVMSTATS_QEMU_DOWNTIME_MS / 1e3;
+	r.thr = threshold(&r, r.rate * KS_MIG_WINDOW_S);
+	r.thr_max = threshold(&r, window_bytes_at(&r, r.k_hi));
+	r.rng = KS_MIG_SEED * (KS_MIG_RUN_PATH_OF(flags) + 1);
 	maxp = r.in.max_passes ? r.in.max_passes : KS_MIG_MAX_SYNCS;
 	r.cap = (double)(r.in.zero_pages + r.in.nonzero_pages +
 			 r.in.unknown_pages);
@@ -500,11 +652,11 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 	first = pass_cost(&r.m, (double)r.in.zero_pages, normal, r.in.nblocks,
 			  &wire);
 	out->first_pass_bytes = (uint64_t)first;
-	send_to_sync(&r, r.cap, normal, first, wire);
+	send_to_sync(&r, r.cap, normal, first, wire, false);
 	r.total_b = r.bytes + (s ? ks_migrate_fixed_bytes(s) : 0);
 	r.total_t = r.t + (s ? KS_MIG_SETUP_S : 0);
 	out->passes = 1;
-	if (s && s->postcopy && (r.left + dirtied(&r, r.t)) * KS_PAGE >= r.thr)
+	if (s && s->postcopy && (r.left + dirtied(&r, r.t)) * KS_PAGE >= r.win_thr)
 		switch_to_postcopy(&r, dirtied(&r, r.t), out);
 	else
 		out->converges = precopy(&r, maxp, out);
@@ -519,6 +671,8 @@ int ks_migrate_run(const struct kvmstats_migrate_input *input,
 		d->cpus = (uint32_t)source_cpus(&r.in);
 		d->cpus_source = r.in.cpus ? "affinity" : "host";
 		d->link_bw = r.in.link_bw;
+		d->vmm_busy = r.in.vmm_busy;
+		d->windows_vary = r.k_hi > r.k_lo;
 		d->wire_bytes = (uint64_t)(r.m.wire +
 					   (s ? ks_migrate_fixed_bytes(s) : 0));
 	}

@@ -27,6 +27,9 @@ struct kvmstats_plan {
 	struct kvmstats_migrate_detail detail;
 	uint64_t t0;
 	uint32_t extra;		/* dirty-rate intervals added (dirty_extend) */
+	/* The VMM's CPU time (ns) at the dirty rate's start and last point,
+	 * and when it was read; cpu_at[0] 0: not read. */
+	uint64_t cpu_ns[2], cpu_at[2];
 };
 
 static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
@@ -337,6 +340,27 @@ int kvmstats_plan__estimate(struct kvmstats_plan *p)
 	return err;
 }
 
+/* The VMM's CPU time now, as the dirty rate's start (@i 0) or its last
+ * point (1); unreadable, the busy CPUs are not measured. */
+static void read_cpu(struct kvmstats_plan *p, int i)
+{
+	if (ks_proc_cpu_ns(p->res.pid, &p->cpu_ns[i]))
+		p->cpu_at[i] = 0;
+	else
+		p->cpu_at[i] = ks_now_ns();
+}
+
+/* The CPUs the VMM kept busy over the dirty rate's interval; NAN where
+ * it was not measured. */
+static double vmm_busy(const struct kvmstats_plan *p)
+{
+	if (!p->cpu_at[0] || p->cpu_at[1] <= p->cpu_at[0] ||
+	    p->cpu_ns[1] < p->cpu_ns[0])
+		return NAN;
+	return (double)(p->cpu_ns[1] - p->cpu_ns[0]) /
+	       (double)(p->cpu_at[1] - p->cpu_at[0]);
+}
+
 int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 {
 	int err;
@@ -352,6 +376,7 @@ int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 	if (!p->dirty)
 		return fail(p, -errno, "dirty rate: %s", errno == ESRCH ?
 			    "the VM exited" : strerror(errno));
+	read_cpu(p, 0);
 	return 0;
 }
 
@@ -385,6 +410,7 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 			    "the VM exited" : strerror(-err));
 	p->res.dirty_measured = !kvmstats_dirty__result(p->dirty, &p->res.dirty);
 	rate_at_interval(&p->res.dirty, p->extra);
+	read_cpu(p, 1);
 	note_missing(p);
 	return 0;
 }
@@ -483,6 +509,7 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 	const struct kvmstats_estimate *e;
 	uint64_t names = 0;
 	int m = best_method(r), err;
+	double busy = vmm_busy(p);
 
 	r->elapsed_s = ks_secs(ks_now_ns() - p->t0);
 	if (r->error)
@@ -507,10 +534,11 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
 		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi,
 		.walk_rate = walk_rate(r), .cpus = vmm_cpus(r->pid),
-		.link_bw = p->o.link_bw }, &p->mig,
-		&p->detail.compress, &r->pred, &p->detail);
+		.link_bw = p->o.link_bw, .vmm_busy = isnan(busy) ? 0 : busy },
+		&p->mig, &p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));
+	p->detail.vmm_busy = busy;
 	r->pred.dirty_samples = r->dirty_measured ? 1 + p->extra : 0;
 	r->predicted = true;
 	return 0;

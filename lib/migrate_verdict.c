@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mem_internal.h"
@@ -31,7 +32,8 @@ const char *kvmstats_verdict_str(enum kvmstats_verdict v)
 static void at_bound(struct kvmstats_migrate_input *in, bool high,
 		     struct kvmstats_dirty_point *curve)
 {
-	double zero = (double)in->zero_pages, z = high ? in->zero_lo : in->zero_hi;
+	double zero = (double)in->zero_pages,
+	       z = high ? in->zero_lo : in->zero_hi;
 	double most = zero + (double)in->nonzero_pages;
 
 	for (uint32_t i = 0; i < in->npoints; i++) {
@@ -78,7 +80,8 @@ void ks_mig_fit_line(struct kvmstats_dirty_point *c, uint32_t n)
 	if (k < 2)
 		return;
 	for (uint32_t i = 0; i < k; i++) {
-		double lo = c[k - 1].lo / c[k - 1].t, hi = c[k - 1].hi / c[k - 1].t;
+		double lo = c[k - 1].lo / c[k - 1].t,
+		       hi = c[k - 1].hi / c[k - 1].t;
 
 		c[i].pages = rate * c[i].t;
 		c[i].lo = fmin(lo, rate) * c[i].t;
@@ -86,20 +89,80 @@ void ks_mig_fit_line(struct kvmstats_dirty_point *c, uint32_t n)
 	}
 }
 
-/* Widen [lo, hi] by a run's figure, NAN once a run does not complete. */
-static void widen(const struct kvmstats_migrate_prediction *p, double *lo,
-		  double *hi, bool bytes)
-{
-	double v = bytes ? (double)p->bytes : p->seconds;
+/* Paths run where windows vary (odd: the median is one of them). */
+#define KS_MIG_PATHS 201
 
-	if (!p->converges) {
-		*hi = NAN;
-		return;
+/* A run over its paths: their times and bytes (+inf where a path does
+ * not complete), sorted; the median path by time is the run. */
+struct paths {
+	double s[KS_MIG_PATHS], b[KS_MIG_PATHS];
+	unsigned int n;
+	struct kvmstats_migrate_prediction mid;
+	/* The 10th and 90th percentiles, NAN where that path does not
+	 * complete. */
+	double lo_s, hi_s, lo_b, hi_b;
+};
+
+static int by_value(const void *a, const void *b)
+{
+	const double *x = a, *y = b;
+
+	return (*x > *y) - (*x < *y);
+}
+
+static double finite_or_nan(double v)
+{
+	return isinf(v) ? NAN : v;
+}
+
+/* ks_migrate_run over the paths of @in: one where windows do not vary,
+ * KS_MIG_PATHS where multifd's do, each drawing its windows' packets in
+ * flight. The run is its median path by time; @d is that path's. */
+static int run_paths(const struct kvmstats_migrate_input *in,
+		     const struct kvmstats_migrate_settings *s,
+		     const struct kvmstats_compress_estimate *c,
+		     unsigned int flags, struct paths *ps,
+		     struct kvmstats_migrate_detail *d)
+{
+	struct kvmstats_migrate_prediction p;
+	unsigned int lo, hi, mid = 0;
+	double sorted[KS_MIG_PATHS];
+	int err;
+
+	ps->n = ks_migrate_windows_vary(in, s) ? KS_MIG_PATHS : 1;
+	for (unsigned int i = 0; i < ps->n; i++) {
+		err = ks_migrate_run(in, s, c, &p, NULL,
+				     flags | KS_MIG_RUN_PATH(i));
+		if (err)
+			return err;
+		ps->s[i] = p.converges ? p.seconds : INFINITY;
+		ps->b[i] = p.converges ? (double)p.bytes : INFINITY;
 	}
-	if (isnan(*lo) || v < *lo)
-		*lo = v;
-	if (!isnan(*hi) && v > *hi)
-		*hi = v;
+	memcpy(sorted, ps->s, ps->n * sizeof(*sorted));
+	qsort(sorted, ps->n, sizeof(*sorted), by_value);
+	while (mid + 1 < ps->n && ps->s[mid] != sorted[ps->n / 2])
+		mid++;
+	qsort(ps->s, ps->n, sizeof(*ps->s), by_value);
+	qsort(ps->b, ps->n, sizeof(*ps->b), by_value);
+	lo = ps->n / 10;
+	hi = ps->n - 1 - lo;
+	ps->lo_s = finite_or_nan(ps->s[lo]);
+	ps->hi_s = finite_or_nan(ps->s[hi]);
+	ps->lo_b = finite_or_nan(ps->b[lo]);
+	ps->hi_b = finite_or_nan(ps->b[hi]);
+	return ks_migrate_run(in, s, c, &ps->mid, d,
+			      flags | KS_MIG_RUN_PATH(mid));
+}
+
+/* Widen [lo, hi] by a run's percentiles, NAN once one does not complete. */
+static void widen(double v_lo, double v_hi, double *lo, double *hi)
+{
+	if (isnan(*lo) || (!isnan(v_lo) && v_lo < *lo))
+		*lo = v_lo;
+	if (isnan(v_hi))
+		*hi = NAN;
+	else if (!isnan(*hi) && v_hi > *hi)
+		*hi = v_hi;
 }
 
 int ks_migrate_predict(const struct kvmstats_migrate_input *input,
@@ -110,9 +173,9 @@ int ks_migrate_predict(const struct kvmstats_migrate_input *input,
 {
 	struct kvmstats_dirty_point curve[KVMSTATS_DIRTY_MAX_POINTS];
 	struct kvmstats_dirty_point fitted[KVMSTATS_DIRTY_MAX_POINTS];
-	struct kvmstats_migrate_prediction run[2];
+	struct paths run[3];
 	struct kvmstats_migrate_input in;
-	unsigned int ok;
+	unsigned int yes = 0, no = 0;
 	int err = ks_opts_copy(&in, sizeof(in), input);
 
 	if (err || !out || (in.npoints && !in.curve))
@@ -125,26 +188,31 @@ int ks_migrate_predict(const struct kvmstats_migrate_input *input,
 		ks_mig_fit_line(fitted, in.npoints);
 		in.curve = fitted;
 	}
-	err = ks_migrate_run(&in, s, c, out, d, KS_MIG_RUN_UNIFORM);
+	err = run_paths(&in, s, c, KS_MIG_RUN_UNIFORM, &run[0], d);
 	for (int b = 0; !err && b < 2; b++) {
 		struct kvmstats_migrate_input bound = in;
 
 		at_bound(&bound, b, curve);
-		err = ks_migrate_run(&bound, s, c, &run[b], NULL,
-				     b ? KS_MIG_RUN_APART : KS_MIG_RUN_UNIFORM);
+		err = run_paths(&bound, s, c,
+				b ? KS_MIG_RUN_APART : KS_MIG_RUN_UNIFORM,
+				&run[1 + b], NULL);
 	}
 	if (err)
 		return err;
-	ok = out->converges + run[0].converges + run[1].converges;
-	out->verdict = ok == 3 ? KVMSTATS_VERDICT_CONVERGES :
-		       ok == 0 ? KVMSTATS_VERDICT_NO : KVMSTATS_VERDICT_UNCERTAIN;
+	*out = run[0].mid;
 	out->seconds_lo = out->bytes_lo = NAN;
 	out->seconds_hi = out->bytes_hi = 0;
-	widen(out, &out->seconds_lo, &out->seconds_hi, false);
-	widen(out, &out->bytes_lo, &out->bytes_hi, true);
-	for (int b = 0; b < 2; b++) {
-		widen(&run[b], &out->seconds_lo, &out->seconds_hi, false);
-		widen(&run[b], &out->bytes_lo, &out->bytes_hi, true);
+	/* A run completes where its slow paths do (its 90th percentile),
+	 * and does not where even its fast ones do not (its 10th). */
+	for (int i = 0; i < 3; i++) {
+		yes += !isnan(run[i].hi_s);
+		no += isnan(run[i].lo_s);
+		widen(run[i].lo_s, run[i].hi_s, &out->seconds_lo,
+		      &out->seconds_hi);
+		widen(run[i].lo_b, run[i].hi_b, &out->bytes_lo, &out->bytes_hi);
 	}
+	out->verdict = yes == 3	 ? KVMSTATS_VERDICT_CONVERGES
+		       : no == 3 ? KVMSTATS_VERDICT_NO
+				 : KVMSTATS_VERDICT_UNCERTAIN;
 	return 0;
 }

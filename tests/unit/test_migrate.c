@@ -99,9 +99,14 @@ static void test_multifd_accounting(void **state)
 	assert_true(fabs(rep - (20 * 1344 + 1280 * 4096 * 0.01 + 8)) < 1);
 	assert_true(fabs(rep - wire) < 1);
 	/* Packets in flight exceed the limit from 8.x on, by up to 4. */
-	assert_true(ks_multifd_bandwidth(&s10) > ks_multifd_bandwidth(&s7));
+	assert_true(ks_multifd_bandwidth(&s10, s10.bandwidth, 0, 4) >
+		    ks_multifd_bandwidth(&s7, s7.bandwidth, 0, 0));
 	s10.channels = 16;
-	assert_true(fabs(ks_multifd_bandwidth(&s10) - (32 << 20) - 4 * 5242880.0) < 1);
+	assert_int_equal(ks_multifd_inflight(&s10), 4);
+	/* 7 packets of 128 pages cross a budget of 3.2 MiB, then 0 to 4. */
+	assert_true(fabs(ks_multifd_window(&s10, s10.bandwidth, 0) - 7 * 525632.0) < 1);
+	assert_true(fabs(ks_multifd_window(&s10, s10.bandwidth, 4) - 11 * 525632.0) < 1);
+	assert_true(fabs(ks_multifd_bandwidth(&s10, s10.bandwidth, 0, 4) - 9 * 5256320.0) < 1);
 }
 
 /* follow: what a query-migrate answer says about the migration. */

@@ -27,6 +27,16 @@ static void linear_curve(struct kvmstats_dirty_point *c, double rate, double spr
 	}
 }
 
+/* A guest rewriting all of a working set of @ws pages at 16384 pages/s:
+ * its curve levels off at @ws (sampled at 1/8 .. 1 s). */
+static void saturated_curve(struct kvmstats_dirty_point *c, double ws)
+{
+	for (int i = 0; i < 4; i++) {
+		c[i].t = 1.0 / (double)(1u << (3 - i));
+		c[i].pages = c[i].lo = c[i].hi = fmin(16384 * c[i].t, ws);
+	}
+}
+
 static struct kvmstats_migrate_input input(const struct kvmstats_dirty_point *c)
 {
 	return (struct kvmstats_migrate_input){
@@ -321,28 +331,90 @@ static void test_threshold_bandwidth(void **state)
 /* Multifd's rate limit is on the total, never per channel: 7.2 accounts
  * a packet against the main channel's limit when it hands it to a
  * channel (one packet in hand beyond it, whatever the channels), 8.0+
- * once a channel sent it (one packet per busy channel in flight). */
+ * once a channel sent it: whole packets past the budget (7 at 32 MiB/s),
+ * then one per busy channel in flight, up to 4; from none to all where
+ * busy vCPUs share the migration threads' CPUs. */
 static void test_multifd_rate(void **state)
 {
 	struct kvmstats_migrate_settings s = {.qemu_major = 7, .qemu_minor = 2};
-	double packet = 128 * 4096 * 10.0, r2, r8;
+	double packet = 128 * 4096 * 10.0, wire = 525632 * 10.0, r2, r8;
+	unsigned int lo, hi;
 
 	(void)state;
 	ks_migrate_defaults(&s);
 	s.bandwidth = BW;
 	s.multifd = true;
 	s.channels = 2;
-	r2 = ks_multifd_bandwidth(&s);
+	r2 = ks_multifd_bandwidth(&s, BW, 0, 0);
 	s.channels = 8;
-	r8 = ks_multifd_bandwidth(&s);
+	r8 = ks_multifd_bandwidth(&s, BW, 0, 0);
 	assert_true(fabs(r2 - (BW + packet)) < 1 && fabs(r8 - r2) < 1);
+	assert_int_equal(ks_multifd_inflight(&s), 0);
 	s.qemu_major = 10;
 	s.qemu_minor = 0;
 	s.channels = 2;
-	assert_true(fabs(ks_multifd_bandwidth(&s) - (BW + 2 * packet)) < 1);
+	ks_multifd_inflight_range(&s, 2, 0, &lo, &hi);
+	assert_true(lo == 2 && hi == 2);
+	assert_true(fabs(ks_multifd_bandwidth(&s, BW, lo, hi) - 9 * wire) < 1);
 	s.channels = 8;
-	assert_true(ks_multifd_bandwidth(&s) < 2 * BW);
-	assert_true(ks_multifd_bandwidth(&s) > BW + 2 * packet);
+	/* A guest keeping one of two CPUs busy: 0 to 4. */
+	ks_multifd_inflight_range(&s, 2, 1, &lo, &hi);
+	assert_true(lo == 0 && hi == 4);
+	assert_true(fabs(ks_multifd_bandwidth(&s, BW, lo, hi) - 9 * wire) < 1);
+	/* ... but not on 16 CPUs, nor with a vCPU a tenth busy. */
+	ks_multifd_inflight_range(&s, 16, 1, &lo, &hi);
+	assert_int_equal(lo, 4);
+	ks_multifd_inflight_range(&s, 2, 0.1, &lo, &hi);
+	assert_int_equal(lo, 4);
+	assert_true(fabs(ks_multifd_bandwidth(&s, BW, lo, hi) - 11 * wire) < 1);
+	assert_true(ks_multifd_bandwidth(&s, BW, lo, hi) < 2 * BW);
+}
+
+/* Multifd 8.x+ windows vary by the packets in flight where the guest's
+ * busy vCPUs share the migration threads' CPUs, so a guest that
+ * rewrites 6144 pages at 16384 a second, near the threshold, takes more
+ * or fewer syncs as they fall: the verdict runs many paths, each drawing
+ * its windows (reproducibly), and predicts their median. They do not
+ * vary with an idle guest, nor on 7.2. */
+static void test_multifd_windows(void **state)
+{
+	struct kvmstats_migrate_settings s = {.qemu_major = 10};
+	struct kvmstats_migrate_prediction p, q;
+	struct kvmstats_dirty_point c[4];
+	struct kvmstats_migrate_input in;
+	bool differ = false;
+
+	(void)state;
+	ks_migrate_defaults(&s);
+	s.bandwidth = BW;
+	s.downtime_s = 0.3;
+	s.multifd = true;
+	s.channels = 4;
+	saturated_curve(c, 6144);
+	in = input(c);
+	in.cpus = 2;
+	assert_false(ks_migrate_windows_vary(&in, &s));
+	in.vmm_busy = 1;
+	assert_true(ks_migrate_windows_vary(&in, &s));
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &p, NULL, KS_MIG_RUN_PATH(0)), 0);
+	for (unsigned int i = 1; i < 31 && !differ; i++) {
+		assert_int_equal(ks_migrate_run(&in, &s, NULL, &q, NULL, KS_MIG_RUN_PATH(i)), 0);
+		differ = q.bytes != p.bytes;
+	}
+	assert_true(differ);
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &q, NULL, KS_MIG_RUN_PATH(0)), 0);
+	assert_int_equal(q.bytes, p.bytes);
+	assert_int_equal(ks_migrate_predict(&in, &s, NULL, &p, NULL), 0);
+	assert_true(p.converges);
+	assert_true(p.bytes_lo < (double)p.bytes && p.seconds_lo < p.seconds);
+	s.qemu_major = 7;
+	s.qemu_minor = 2;
+	assert_false(ks_migrate_windows_vary(&in, &s));
+	assert_int_equal(ks_migrate_run(&in, &s, NULL, &p, NULL, KS_MIG_RUN_PATH(0)), 0);
+	for (unsigned int i = 1; i < 31; i++) {
+		assert_int_equal(ks_migrate_run(&in, &s, NULL, &q, NULL, KS_MIG_RUN_PATH(i)), 0);
+		assert_int_equal(q.bytes, p.bytes);
+	}
 }
 
 /* Auto-converge's schedule, as migration_trigger_throttle() runs it: a
@@ -399,16 +471,6 @@ static void test_throttle_schedule(void **state)
 	assert_int_equal(th.pct, 24);
 }
 
-/* A guest rewriting all of a working set of @ws pages at 16384 pages/s:
- * its curve levels off at @ws (sampled at 1/8 .. 1 s). */
-static void saturated_curve(struct kvmstats_dirty_point *c, double ws)
-{
-	for (int i = 0; i < 4; i++) {
-		c[i].t = 1.0 / (double)(1u << (3 - i));
-		c[i].pages = c[i].lo = c[i].hi = fmin(16384 * c[i].t, ws);
-	}
-}
-
 /* Before the curve's first point, a guest that writes 16384 pages a
  * second at random over 8192 (W(1 - exp(-rt/W)), sampled at 0.25 s and
  * on) is read as that curve, not as the straight line to its first point
@@ -447,9 +509,11 @@ static void test_working_set(void **state)
 	struct kvmstats_dirty_point c[4];
 	struct kvmstats_migrate_input in;
 	struct kvmstats_migrate_prediction p, u;
-	/* A round sends what is pending but the leftover. */
-	double round = (8192 - leftover(KVMSTATS_QEMU_NORMAL_PAGE_BYTES)) *
-		       KVMSTATS_QEMU_NORMAL_PAGE_BYTES;
+	/* A round sends whole windows of what is pending, until what is
+	 * left is under the threshold (BW x 0.3 s): between all of the
+	 * working set and all but the threshold's pages. */
+	double most = 8192 * KVMSTATS_QEMU_NORMAL_PAGE_BYTES,
+	       least = most - BW * 0.3 / 4096 * KVMSTATS_QEMU_NORMAL_PAGE_BYTES;
 
 	(void)state;
 	saturated_curve(c, 8192);
@@ -461,9 +525,9 @@ static void test_working_set(void **state)
 	 * leftover pending among them. */
 	assert_true(p.passes >= 3);
 	assert_true((double)p.bytes <=
-		    (double)p.first_pass_bytes + (p.passes - 1) * (round + 64));
+		    (double)p.first_pass_bytes + (p.passes - 1) * (most + 64));
 	assert_true((double)p.bytes >
-		    (double)p.first_pass_bytes + (p.passes - 2) * round);
+		    (double)p.first_pass_bytes + (p.passes - 2) * least);
 	/* Uniform, a quarter of its writes fall on the 2048 pages left: it
 	 * still dirties 1.5x what is sent. */
 	assert_int_equal(ks_migrate_run(&in, NULL, NULL, &u, NULL, KS_MIG_RUN_UNIFORM), 0);
@@ -721,6 +785,7 @@ int main(void)
 		cmocka_unit_test(test_sync_at_threshold),
 		cmocka_unit_test(test_threshold_bandwidth),
 		cmocka_unit_test(test_multifd_rate),
+		cmocka_unit_test(test_multifd_windows),
 		cmocka_unit_test(test_throttle_schedule),
 		cmocka_unit_test(test_working_set),
 		cmocka_unit_test(test_dirtied_at),
