@@ -83,6 +83,10 @@
  * non-converging (it would take hours). */
 #define KS_MIG_MAX_SYNCS 1000
 
+/* Windows drawn one by one before a sync where they vary; those before
+ * are taken at their mean. */
+#define KS_MIG_DRAWN 16
+
 /* Seeds the draws of a run's path (ks_migrate_run's flags). */
 #define KS_MIG_SEED 0x9e3779b97f4a7c15ull
 
@@ -497,7 +501,15 @@ static double round_windows(struct run *r, double pages, double per,
 		return *left > 0 ? (pages - *left) * per / win
 				 : pages * per / win;
 	}
-	for (n = 1;; n++) {
+	/* Windows far from any threshold are taken at their mean: drawn
+	 * they would add little, at a cost that grows with what is pending
+	 * (which a low max-bandwidth makes as large as RAM). */
+	n = floor((e - r->thr_max / KS_PAGE * per) /
+		  (r->rate * KS_MIG_WINDOW_S)) -
+	    KS_MIG_DRAWN;
+	n = n > 0 ? n : 0;
+	e -= n * r->rate * KS_MIG_WINDOW_S;
+	for (n++;; n++) {
 		double w = next_window(r);
 
 		if (e <= w) {
