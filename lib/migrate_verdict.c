@@ -6,9 +6,12 @@
  * both bounds: few zero pages and the high curve cost most, many zero
  * pages and the low curve least; the guest's writes are taken uniform
  * over its working set, and at the high bound as far apart from the pages
- * still pending as they can be (see migrate_model.c). The verdict is what
- * they agree on; where they disagree the sample decides, so it is
- * "uncertain" (the caller may measure longer and ask again).
+ * still pending as they can be (see migrate_model.c). Where multifd's
+ * windows vary, each of the three is many paths, each drawing its
+ * windows; a run is its median path, and its 10th and 90th percentiles
+ * widen the interval. The verdict is what they agree on; where they
+ * disagree the sample (or the windows) decides, so it is "uncertain"
+ * (the caller may measure longer and ask again).
  */
 #include <errno.h>
 #include <math.h>
