@@ -308,6 +308,7 @@ static inline uint64_t ks_now_ns(void)
 #define KS_MIG_STALLED 4
 double ks_mig_leftover(double thr, double win);
 double ks_mig_round_leftover(double pages, double thr, double win);
+bool ks_mig_new_low(double *low, unsigned int *stalled, double pend);
 struct kvmstats_dirty_point;
 /* migrate_model.c: the pages a guest writes to, read off its curve (@cap
  * where it does not level off); of @d pages it dirtied since a sync,

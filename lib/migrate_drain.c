@@ -59,7 +59,7 @@ struct mig {
 	uint32_t passes;
 	bool stuck;		/* its pending memory stopped falling */
 	double low;		/* the least pending after a sync so far */
-	uint32_t stalled;	/* syncs since it was last lower */
+	unsigned int stalled;	/* syncs since it was last lower */
 	double start, end, abort_at;
 	double share;
 	double own;		/* min(its max-bandwidth, its walk's pace) */
@@ -154,12 +154,7 @@ static void end_of_pass(struct mig *m, double bw)
 	m->left = m->pass_b;
 	if (pend * KVMSTATS_PAGE_SIZE < bw * m->v->downtime_s)
 		m->ph = P_FINAL;
-	if (pend < m->low * 0.999) {
-		m->low = pend;
-		m->stalled = 0;
-	} else {
-		m->stalled++;
-	}
+	ks_mig_new_low(&m->low, &m->stalled, pend);
 	m->stuck = m->ph != P_FINAL && m->stalled >= KS_MIG_STALLED;
 	m->pass_t = 0;
 	m->passes++;

@@ -479,6 +479,19 @@ double ks_mig_round_leftover(double pages, double thr, double win)
 	return fmax(0, pages - windows * win);
 }
 
+/* Whether @pend, the pending memory after a sync, is a new @low (by
+ * 0.1%); else one more sync counts in @stalled. */
+bool ks_mig_new_low(double *low, unsigned int *stalled, double pend)
+{
+	if (pend < *low * 0.999) {
+		*low = pend;
+		*stalled = 0;
+		return true;
+	}
+	++*stalled;
+	return false;
+}
+
 /* After a sync that left @pages pending (@per bytes each) over the
  * threshold: the migration thread reads the estimate after each window
  * and syncs after the first that leaves it under that window's own
@@ -498,8 +511,7 @@ static double round_windows(struct run *r, double pages, double per,
 		*left = ks_mig_round_leftover(pages, r->thr / KS_PAGE,
 					      win / per);
 		r->win_thr = r->thr;
-		return *left > 0 ? (pages - *left) * per / win
-				 : pages * per / win;
+		return (pages - *left) * per / win;
 	}
 	/* Windows far from any threshold are taken at their mean: drawn
 	 * they would add little, at a cost that grows with what is pending
@@ -562,17 +574,14 @@ static void send_to_sync(struct run *r, double pages, double normal, double b,
  * can rise and fall from sync to sync while it still converges. */
 static bool stalled(struct run *r, double pend)
 {
-	if (pend < r->low * 0.999) {
-		r->low = pend;
-		r->stalled = 0;
+	if (ks_mig_new_low(&r->low, &r->stalled, pend))
 		return false;
-	}
 	if (r->th.on && r->th.pct < ks_throttle_max(r->s)) {
 		r->stalled = 0;
 		return false;
 	}
 	/* Under the fullest window's threshold, a sync may still complete. */
-	return ++r->stalled >= KS_MIG_STALLED && r->low * KS_PAGE >= r->thr_max;
+	return r->stalled >= KS_MIG_STALLED && r->low * KS_PAGE >= r->thr_max;
 }
 
 /* The pre-copy rounds after the first sync: true when it converges. */

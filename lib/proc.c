@@ -319,19 +319,11 @@ int ks_proc_cpu_ns(pid_t pid, uint64_t *ns)
 	unsigned long long ut, st;
 	long tck = sysconf(_SC_CLK_TCK);
 	ssize_t n;
-	int fd, err = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
+	n = ks_read_small(path, buf, sizeof(buf));
 	if (n < 0)
-		err = -errno;
-	close(fd);
-	if (err)
-		return err;
-	buf[n] = '\0';
+		return (int)n;
 	p = strrchr(buf, ')');
 	/* state, then 10 fields to utime and stime (proc(5): 14 and 15). */
 	if (!p || tck <= 0 ||
