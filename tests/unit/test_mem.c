@@ -15,7 +15,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <time.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -822,6 +824,42 @@ static void test_vmm_gone(void **state)
 	close(pidfd);
 }
 
+/* A VMM's CPU time, read after the last ')' of /proc/PID/stat: a child
+ * named like the fields that follow its name, and that burnt 0.2 s of
+ * CPU, reads as that (clock ticks), not as what its name says. */
+static void test_proc_cpu_ns(void **state)
+{
+	int pipefd[2], err;
+	uint64_t ns = 0;
+	pid_t child;
+	char c;
+
+	(void)state;
+	assert_int_equal(pipe(pipefd), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		struct timespec t = { 0, 0 };
+
+		prctl(PR_SET_NAME, ") R 9 9 9 9 9 9");
+		while (t.tv_sec == 0 && t.tv_nsec < 200000000)
+			clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+		close(pipefd[0]);
+		close(pipefd[1]);	/* the parent's read ends: burnt */
+		pause();
+		_exit(0);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &c, 1), 0);
+	close(pipefd[0]);
+	err = ks_proc_cpu_ns(child, &ns);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_int_equal(err, 0);
+	assert_true(ns >= 150000000ull && ns < 5000000000ull);
+	assert_true(ks_proc_cpu_ns(child, &ns) < 0);
+}
+
 /* ---- the model ---- */
 
 static void test_model_clean(void **state)
@@ -941,6 +979,7 @@ int main(void)
 		cmocka_unit_test(test_qmp_hung),
 		cmocka_unit_test(test_bad_range),
 		cmocka_unit_test(test_vmm_gone),
+		cmocka_unit_test(test_proc_cpu_ns),
 		cmocka_unit_test(test_model_clean),
 		cmocka_unit_test(test_model_dirty),
 		cmocka_unit_test(test_prometheus),
