@@ -30,11 +30,13 @@
 
 #define FETCH 256
 /* At least this many pages: the curve's first point is often a share of
- * about a third, which 1024 pages read to 4.5% (one sigma), and near its
- * threshold a migration's short rounds turn that into a step of
- * auto-converge's throttle or not; 4096 read it to 2.3% or better, as
- * 512 a GiB do at 8 GiB. */
-#define KS_DIRTY_MIN_PAGES 4096u
+ * about a fifth to a third, which 1024 pages read to 4.5% (one sigma)
+ * and 4096 to 2.3%; near the threshold a migration's short rounds read
+ * the curve there, and 2% moves QEMU's syncs by one or two rounds (a
+ * legacy guest 5% of its bytes, an auto-converge one a throttle step).
+ * 16384 (64 MiB read per point, ~10 ms) read it to 1.2%, and every page
+ * of a VM with fewer candidates: its curve has no sampling error. */
+#define KS_DIRTY_MIN_PAGES 16384u
 #define MAX_NEW_TESTED 4096u
 
 struct kvmstats_dirty {
@@ -48,6 +50,7 @@ struct kvmstats_dirty {
 	struct ks_pageref *refs;
 	uint64_t *hash;
 	bool *readable;		/* at the baseline */
+	uint64_t *read_ns;	/* when each batch was read at the baseline */
 	uint64_t t0;
 	double cpu;
 	uint64_t seed;
@@ -68,20 +71,30 @@ static void note_missing(struct kvmstats_dirty *d, uint64_t missing)
 
 /* Hash (or compare against the baseline) every sampled page. A page the
  * VMM took away (missing) at the baseline is left out; one that went
- * missing since is "gone", neither dirtied nor clean. */
+ * missing since is "gone", neither dirtied nor clean. Each batch's read
+ * is timed: a page's interval is between its two reads, and a pass held
+ * up (the CPUs are the guest's too) would otherwise move every point by
+ * as long as it was held; *t gets the mean interval. */
 static int hash_all(struct kvmstats_dirty *d, bool baseline, uint64_t *changed,
-		    uint64_t *gone)
+		    uint64_t *gone, double *t)
 {
 	uint64_t missing = 0;
+	double sum = 0;
 
 	*changed = *gone = 0;
 	for (uint64_t i = 0; i < d->n; i += FETCH) {
 		size_t m = d->n - i < FETCH ? (size_t)(d->n - i) : FETCH;
+		uint64_t at = ks_now_ns();
 		long got = ks_view_fetch(&d->v, d->refs + i, m, d->buf, d->addr,
 					 d->ok, d->ptr);
 
 		if (got < 0)
 			return (int)got;
+		at += (ks_now_ns() - at) / 2;
+		if (baseline)
+			d->read_ns[i / FETCH] = at;
+		else
+			sum += (double)m * ks_secs(at - d->read_ns[i / FETCH]);
 		for (size_t k = 0; k < m; k++) {
 			uint64_t h;
 
@@ -103,6 +116,7 @@ static int hash_all(struct kvmstats_dirty *d, bool baseline, uint64_t *changed,
 		}
 	}
 	note_missing(d, missing);
+	*t = d->n ? sum / (double)d->n : 0;
 	return 0;
 }
 
@@ -116,8 +130,9 @@ static int pick_sample(struct kvmstats_dirty *d, const struct kvmstats_dirty_opt
 	d->refs = calloc(d->n ? d->n : 1, sizeof(*d->refs));
 	d->hash = calloc(d->n ? d->n : 1, sizeof(*d->hash));
 	d->readable = calloc(d->n ? d->n : 1, sizeof(*d->readable));
+	d->read_ns = calloc(d->n / FETCH + 1, sizeof(*d->read_ns));
 	idx = calloc(d->n ? d->n : 1, sizeof(*idx));
-	if (!d->refs || !d->hash || !d->readable || !idx) {
+	if (!d->refs || !d->hash || !d->readable || !d->read_ns || !idx) {
 		free(idx);
 		return -ENOMEM;
 	}
@@ -134,7 +149,7 @@ struct kvmstats_dirty *kvmstats_dirty__new(const struct kvmstats_pages *pg,
 	struct kvmstats_dirty_opts o;
 	struct kvmstats_dirty *d;
 	uint64_t changed, gone;
-	double cpu0 = ks_thread_cpu();
+	double cpu0 = ks_thread_cpu(), t;
 	int err = ks_opts_copy(&o, sizeof(o), opts);
 
 	if (err || !pg) {
@@ -154,7 +169,7 @@ struct kvmstats_dirty *kvmstats_dirty__new(const struct kvmstats_pages *pg,
 		err = pick_sample(d, &o);
 	d->t0 = ks_now_ns();
 	if (!err)
-		err = hash_all(d, true, &changed, &gone);
+		err = hash_all(d, true, &changed, &gone, &t);
 	if (err) {
 		kvmstats_dirty__free(d);
 		errno = -err;
@@ -177,6 +192,7 @@ void kvmstats_dirty__free(struct kvmstats_dirty *d)
 	free(d->refs);
 	free(d->hash);
 	free(d->readable);
+	free(d->read_ns);
 	free(d);
 }
 
@@ -248,8 +264,7 @@ int kvmstats_dirty__point(struct kvmstats_dirty *d)
 	if (!ks_pidfd_alive(d->pg->ram->pidfd))
 		return -ESRCH;
 	pt = &d->res.points[d->res.npoints];
-	pt->t = ks_secs(ks_now_ns() - d->t0);
-	err = hash_all(d, false, &changed, &gone);
+	err = hash_all(d, false, &changed, &gone, &pt->t);
 	if (!err)
 		err = new_pages(d, &fresh);
 	d->cpu += ks_thread_cpu() - cpu0;

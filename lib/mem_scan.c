@@ -110,6 +110,15 @@ int ks_pick_sorted(uint64_t *idx, uint64_t n, uint64_t total, uint64_t *seed)
 			idx[i] = i;
 		return 0;
 	}
+	/* A large share of the population: drawn and deduplicated, the last
+	 * few would take many rounds; selection in order (Knuth's algorithm
+	 * S) takes one pass over a population at most 4 times the sample. */
+	if (n > total / 4) {
+		for (uint64_t i = 0; i < total && have < n; i++)
+			if (ks_rand_below(seed, total - i) < n - have)
+				idx[have++] = i;
+		return have == n ? 0 : -EAGAIN;
+	}
 	for (int round = 0; have < n && round < 64; round++) {
 		for (uint64_t i = have; i < n; i++)
 			idx[i] = ks_rand_below(seed, total);

@@ -541,6 +541,30 @@ static void test_dirty(void **state)
 	munmap(m, (size_t)n * PG);
 }
 
+/* A sample of distinct pages, sorted, whatever its share of the
+ * population: 16384 of 16497 took more than 64 rounds of drawing and
+ * deduplicating (a plan failed with EAGAIN). */
+static void test_pick_sorted(void **state)
+{
+	static const uint64_t cases[][2] = {
+		{ 10, 100000 }, { 900, 1000 }, { 16384, 16497 }, { 999, 1000 },
+		{ 1, 3 }, { 250, 1000 }, { 251, 1000 } };
+	uint64_t *idx = calloc(16497, sizeof(*idx)), seed = 42;
+
+	(void)state;
+	assert_non_null(idx);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		uint64_t n = cases[c][0], total = cases[c][1];
+
+		assert_int_equal(ks_pick_sorted(idx, n, total, &seed), 0);
+		for (uint64_t i = 0; i < n; i++) {
+			assert_true(idx[i] < total);
+			assert_true(i == 0 || idx[i] > idx[i - 1]);
+		}
+	}
+	free(idx);
+}
+
 /* The compression sample over our own memory: the low half of 1024
  * pages compresses to almost nothing (a byte a page), the high half not
  * at all (random bytes). A sample cut short by its time bound after one
@@ -979,6 +1003,7 @@ int main(void)
 		cmocka_unit_test(test_qmp_hung),
 		cmocka_unit_test(test_bad_range),
 		cmocka_unit_test(test_vmm_gone),
+		cmocka_unit_test(test_pick_sorted),
 		cmocka_unit_test(test_proc_cpu_ns),
 		cmocka_unit_test(test_model_clean),
 		cmocka_unit_test(test_model_dirty),
