@@ -416,14 +416,14 @@ timing_checks() {
 	local var=${1//-/_} t p r
 	t=VMT_$var p=PRED_$var r=REAL_$var
 	if [ -n "$LOADED" ]; then
-		skip "$1: drain and migration times (${!r}s real, ${!p}s predicted)" "host too loaded: $LOADED"
+		skip "$1: drain and migration times (${!r:-}s real, ${!p:-}s predicted)" "host too loaded: $LOADED"
 		return
 	fi
-	check "$1: real drain ${!r}s within 15% of the predicted ${!p}s" \
-		within "${!r}" "${!p}" 15
-	check "$1: each completed migration within 20% of its scheduled time${!t:+ (off:${!t})}" \
-		test -z "${!t}"
-	[ -z "${!t}" ] || rates "$1"
+	check "$1: real drain ${!r:-}s within 15% of the predicted ${!p:-}s" \
+		within "${!r:-}" "${!p:-}" 15
+	check "$1: each completed migration within 20% of its scheduled time${!t:+ (off:${!t:-})}" \
+		test -z "${!t:-}"
+	[ -z "${!t:-}" ] || rates "$1"
 }
 
 # Per parallel limit, the plan's order and largest-first in the same
