@@ -135,6 +135,7 @@ int drain_input_of(struct kvmstats_plan *p, const char *name,
 		.nblocks = (uint32_t)kvmstats_ram__count(ram), .block_name_bytes = names,
 		.curve = r->dirty_measured ? r->dirty.points : NULL,
 		.npoints = r->dirty_measured ? r->dirty.npoints : 0,
+		.tail = r->tail, .ntail = r->ntail,
 	};
 	/* The zero test as the plan modelled it (its testers included): the
 	 * schedule paces each pass by it, so it is not setup time. */

@@ -134,6 +134,22 @@ static struct json_object *dirty_json(const struct kvmstats_plan_vm *r)
 	return o;
 }
 
+/* The first pass's last pages as read (the deepest point), null when
+ * not read: the model then takes them at the pass's mean. */
+static struct json_object *tail_json(const struct kvmstats_plan_vm *r)
+{
+	const struct kvmstats_tail_point *t;
+	struct json_object *j;
+
+	if (!r->ntail)
+		return NULL;
+	t = &r->tail[r->ntail - 1];
+	j = json_object_new_object();
+	jset(j, "pages", ju64(t->pages));
+	jset(j, "nonzero_pages", jnum(t->normal));
+	return j;
+}
+
 static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm *r)
 {
 	const struct kvmstats_migrate_prediction *p = &r->pred;
@@ -160,6 +176,7 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	     p->postcopy ? jnum(p->postcopy_bw) : NULL);
 	jset(j, "passes", json_object_new_int((int)p->passes));
 	jset(j, "first_pass_bytes", ju64(p->first_pass_bytes));
+	jset(j, "first_pass_tail", tail_json(r));
 	jset(j, "final_bytes", ju64(p->final_bytes));
 	jset(j, "downtime_seconds", jnum(p->downtime_s));
 	jset(j, "bandwidth_bytes_per_second", jnum(r->bandwidth));
@@ -382,6 +399,7 @@ static void print_not_read(const struct vm_row *row)
 /* -v: the settings the model used and where each came from. */
 static void print_settings(const struct kvmstats_plan *p)
 {
+	const struct kvmstats_plan_vm *r = kvmstats_plan__result(p);
 	const struct kvmstats_migrate_settings *s = kvmstats_plan__settings(p);
 	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(p);
 	char v[32];
@@ -412,6 +430,12 @@ static void print_settings(const struct kvmstats_plan *p)
 	if (s->multifd && d->windows_vary)
 		printf("  multifd: busy vCPUs share those CPUs: each window's packets "
 		       "in flight vary (the median of many draws)\n");
+	if (r->ntail)
+		printf("  first pass ends on: %.0f of its last %" PRIu64 " pages with "
+		       "data (what its first sync leaves)\n",
+		       r->tail[r->ntail - 1].normal, r->tail[r->ntail - 1].pages);
+	else
+		printf("  first pass ends on: not read (its pages at the pass's mean)\n");
 	if (d->compress.note[0])
 		printf("  compression: %s\n", d->compress.note);
 	if (d->walk_rate > 0)

@@ -386,6 +386,20 @@ KVMSTATS_API int kvmstats_dirty__measure(const struct kvmstats_pages *pg,
 #define KVMSTATS_QEMU_MAX_BANDWIDTH (128ull << 20)
 #define KVMSTATS_QEMU_DOWNTIME_MS 300u
 
+/* The end of the first pass: among the last @pages pages QEMU sends
+ * in it (its RAM blocks in its own order, each to its end), @normal are
+ * not zero (an expectation where swapped pages leave it unknown). The
+ * pages left when the pending memory first falls under the threshold
+ * are these: the top of a guest's RAM is often never touched, and then
+ * the window that crosses the threshold sends them all. */
+struct kvmstats_tail_point {
+	uint64_t pages;
+	double normal;
+};
+
+/* Points of a tail: at 1, 2, 4, ... 2^19 pages (2 GiB) at most. */
+#define KVMSTATS_TAIL_POINTS 20u
+
 struct kvmstats_migrate_input {
 	size_t sz;
 	uint64_t zero_pages;
@@ -420,6 +434,10 @@ struct kvmstats_migrate_input {
 	 * yet); 0: idle, or not measured. Busy vCPUs that share the
 	 * migration threads' CPUs make multifd's windows vary. */
 	double vmm_busy;
+	/* The first pass's end, points in increasing pages; NULL/0: its
+	 * pages taken at the pass's mean cost. */
+	const struct kvmstats_tail_point *tail;
+	uint32_t ntail;
 };
 
 /* Whether the migration completes, with the inputs' uncertainty: the
@@ -538,6 +556,9 @@ struct kvmstats_plan_vm {
 	/* Where the migration settings came from when QEMU's monitor could
 	 * not be read (libvirt's, or why QEMU's defaults): "" when read. */
 	char settings_note[256];
+	/* The first pass's end, as read (kvmstats_migrate_input's tail). */
+	struct kvmstats_tail_point tail[KVMSTATS_TAIL_POINTS];
+	uint32_t ntail;
 };
 
 struct kvmstats_plan;

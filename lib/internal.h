@@ -300,13 +300,18 @@ static inline uint64_t ks_now_ns(void)
  * pending estimate once per window; the pages of the bitmap still set
  * when that estimate first falls under @thr pages, windows of @win pages
  * apart, which a sync of the bitmap keeps pending: at the end of the
- * first pass their mean (ks_mig_leftover), after a sync that left @pages
- * what whole windows leave (ks_mig_round_leftover). */
+ * first pass their mean (ks_mig_first_leftover, migrate_tail.c: of a
+ * pass of @pages pages, @normal not zero, in @bytes, windows of @win
+ * bytes; sets *left_bytes), after a sync that left @pages what whole
+ * windows leave (ks_mig_round_leftover). */
 #define KS_MIG_WINDOW_S 0.1
 /* Syncs without a new low of the pending memory after which a migration
  * is called non-converging (the model's and the drain's rule). */
 #define KS_MIG_STALLED 4
-double ks_mig_leftover(double thr, double win);
+struct kvmstats_migrate_input;
+double ks_mig_first_leftover(const struct kvmstats_migrate_input *in,
+			     double pages, double normal, double bytes,
+			     double thr, double win, double *left_bytes);
 double ks_mig_round_leftover(double pages, double thr, double win);
 bool ks_mig_new_low(double *low, unsigned int *stalled, double pend);
 struct kvmstats_dirty_point;

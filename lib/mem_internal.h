@@ -69,6 +69,12 @@ int ks_pages_nth(const struct kvmstats_pages *pg, uint64_t k, size_t *region,
 uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
 			   uint64_t *page, uint64_t max);
 
+/* mem_tail.c: the end of QEMU's first pass, walked back from its last
+ * page up to @max_pages: points at 1, 2, 4, ... pages and where the walk
+ * ended (*n of them, KVMSTATS_TAIL_POINTS at most). */
+int ks_pages_tail(const struct kvmstats_pages *pg, uint64_t max_pages,
+		  struct kvmstats_tail_point *out, uint32_t *n);
+
 /* pidfd of a process, and whether it still runs. */
 int ks_pidfd_open(pid_t pid);
 bool ks_pidfd_alive(int pidfd);

@@ -114,20 +114,25 @@ static void mig_start(struct mig *m, const struct dvm *v, int curve, double now,
  * bitmap at @bw (none in the stop and copy): its leftover. */
 static double hold(const struct mig *m, double bw)
 {
+	const struct kvmstats_migrate_input *in = &m->v->in.model;
 	double per = m->pass_pg > 0 ? m->pass_b / m->pass_pg : 0, l;
 
 	if (m->ph == P_FINAL || per <= 0 || bw <= 0)
 		return 0;
-	/* The first pass ends at any phase of a window, a later one after
-	 * whole windows (migrate_model.c). */
-	if (m->passes > 1)
+	/* The first pass ends at any phase of a window, with its last pages
+	 * left, a later one after whole windows (migrate_model.c). */
+	if (m->passes > 1) {
 		l = ks_mig_round_leftover(m->pass_pg,
 					  bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
 					  bw * KS_MIG_WINDOW_S / per);
-	else
-		l = ks_mig_leftover(bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
-				    bw * KS_MIG_WINDOW_S / per);
-	l = (l < m->pass_pg ? l : m->pass_pg) * per;
+		l = (l < m->pass_pg ? l : m->pass_pg) * per;
+	} else {
+		ks_mig_first_leftover(in, m->pass_pg,
+				      (double)(in->nonzero_pages + in->unknown_pages),
+				      m->pass_b,
+				      bw * m->v->downtime_s / KVMSTATS_PAGE_SIZE,
+				      bw * KS_MIG_WINDOW_S, &l);
+	}
 	return l < m->left ? l : m->left;
 }
 

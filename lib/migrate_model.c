@@ -44,8 +44,9 @@
  *
  * So: pass 0 sends zero x 9 + (nonzero + unknown) x 4104 bytes (unknown
  * pages, swapped out, are counted as normal: the worst case), all but
- * the leftover L (threshold - half a window's pages, at pass 0's mean
- * cost per page) before the first sync; each sync adds the pages dirtied
+ * the leftover L (the last pages of the pass that the window crossing
+ * the threshold did not reach: migrate_tail.c) before the first sync;
+ * each sync adds the pages dirtied
  * since the previous one (read off the measured dirty curve, as normal
  * pages) to what was left; QEMU stops when that sum is under the
  * threshold, so a converging guest must dirty less than about half a
@@ -418,15 +419,6 @@ static void switch_to_postcopy(struct run *r, double pending,
 			 : "; max-postcopy-bandwidth unlimited: taken as max-bandwidth");
 }
 
-/* The estimate is read at a phase uniform over a window, and a window
- * sends what is left when that is less than @win: the mean leftover. */
-double ks_mig_leftover(double thr, double win)
-{
-	if (win <= 0)
-		return thr;
-	return win <= thr ? thr - win / 2 : thr * thr / (2 * win);
-}
-
 /* QEMU's threshold after a window that sent @w bytes: the bandwidth it
  * measured over the window, or avail-switchover-bandwidth where set
  * (8.2+), times downtime-limit. */
@@ -539,27 +531,31 @@ static double round_windows(struct run *r, double pages, double per,
 /* Up to the next sync: of @pages pending (@b bytes reported, @w on the
  * wire), send all but the leftover; the rest waits for the sync. The
  * first pass is long, so the window it ends in leaves a leftover at any
- * phase (its mean); a round after a sync is whole windows. */
+ * phase (its mean, of the pass's last pages); a round after a sync is
+ * whole windows. */
 static void send_to_sync(struct run *r, double pages, double normal, double b,
 			 double w, bool after_sync)
 {
 	double per = pages > 0 ? b / pages : 0,
 	       perw = pages > 0 ? w / pages : 0;
-	double left = 0, windows = 0;
+	double left = 0, left_b = 0, windows = 0;
 
 	if (after_sync && per > 0) {
 		windows = round_windows(r, pages, per, &left);
+		left_b = left * per;
 	} else if (!after_sync) {
-		left = ks_mig_leftover(r->thr / KS_PAGE,
-				       per > 0 ? r->rate * KS_MIG_WINDOW_S / per
-					       : pages);
+		left = ks_mig_first_leftover(&r->in, pages, normal, b,
+					     r->thr / KS_PAGE,
+					     r->rate * KS_MIG_WINDOW_S, &left_b);
 		next_window(r);
 	}
-	if (left > pages)
+	if (left > pages) {
 		left = pages;
+		left_b = b;
+	}
 	r->left = left;
-	r->left_b = left * per;
-	r->left_w = left * perw;
+	r->left_b = left_b;
+	r->left_w = per > 0 ? left_b / per * perw : 0;
 	r->bytes = b - r->left_b;
 	normal = pages > 0 ? normal * (1 - left / pages) : 0;
 	r->t = after_sync ? fmax(windows * KS_MIG_WINDOW_S,

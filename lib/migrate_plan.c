@@ -30,6 +30,7 @@ struct kvmstats_plan {
 	/* The VMM's CPU time (ns) at the dirty rate's start and last point,
 	 * and when it was read; cpu_at[0] 0: not read. */
 	uint64_t cpu_ns[2], cpu_at[2];
+	bool tail_read;		/* the first pass's end (res.tail) */
 };
 
 static int fail(struct kvmstats_plan *p, int err, const char *fmt, ...)
@@ -503,6 +504,25 @@ static uint32_t vmm_cpus(pid_t pid)
 	return n > 0 ? (uint32_t)n : 0;
 }
 
+/* The first pass's end, read once: as deep as twice the threshold at
+ * the bandwidth (multifd's runs up to 1.7x over it), within
+ * KVMSTATS_TAIL_POINTS' bound. Not read (a VMM that went away, no page
+ * classification): the model takes the pass's mean. */
+static void read_tail(struct kvmstats_plan *p)
+{
+	struct kvmstats_plan_vm *r = &p->res;
+	double thr = 2 * r->bandwidth * r->downtime_s / KS_PAGE;
+	uint64_t most = 1ull << (KVMSTATS_TAIL_POINTS - 1);
+
+	if (p->tail_read || !p->pg)
+		return;
+	p->tail_read = true;
+	if (ks_pages_tail(p->pg, thr < 1024 ? 1024 : thr > (double)most ? most
+					   : (uint64_t)thr,
+			  r->tail, &r->ntail))
+		r->ntail = 0;
+}
+
 int kvmstats_plan__predict(struct kvmstats_plan *p)
 {
 	struct kvmstats_plan_vm *r = &p->res;
@@ -523,6 +543,7 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 	for (size_t i = 0; i < kvmstats_ram__count(p->ram); i++)
 		names += strlen(kvmstats_ram__region(p->ram, i)->name);
 	mechanism(p);
+	read_tail(p);
 	err = ks_migrate_predict(&(struct kvmstats_migrate_input){
 		.sz = sizeof(struct kvmstats_migrate_input),
 		.zero_pages = e->zero_pages, .nonzero_pages = e->nonzero_pages,
@@ -534,7 +555,8 @@ int kvmstats_plan__predict(struct kvmstats_plan *p)
 		.bandwidth = r->bandwidth, .downtime_s = r->downtime_s,
 		.zero_lo = e->zero_lo, .zero_hi = e->zero_hi,
 		.walk_rate = walk_rate(r), .cpus = vmm_cpus(r->pid),
-		.link_bw = p->o.link_bw, .vmm_busy = isnan(busy) ? 0 : busy },
+		.link_bw = p->o.link_bw, .vmm_busy = isnan(busy) ? 0 : busy,
+		.tail = r->tail, .ntail = r->ntail },
 		&p->mig, &p->detail.compress, &r->pred, &p->detail);
 	if (err)
 		return fail(p, err, "model: %s", strerror(-err));

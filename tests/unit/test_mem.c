@@ -565,6 +565,65 @@ static void test_pick_sorted(void **state)
 	free(idx);
 }
 
+/* The end of the first pass, walked back over our own memory: a big
+ * region of 64 pages (0-39 data, 40-47 written zero, 48-55 never
+ * touched, 56-63 data) and a small one of 16 pages of data, given small
+ * first: QEMU sends the bigger block first, so the walk starts at the
+ * small one's end. */
+static void test_pages_tail(void **state)
+{
+	static const struct kvmstats_tail_point want[] = {
+		{ 1, 1 }, { 2, 2 }, { 4, 4 }, { 8, 8 }, { 16, 16 }, { 32, 24 },
+		{ 64, 48 }, { 80, 64 } };
+	unsigned char *big = mmap(NULL, 64 * PG, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *small = mmap(NULL, 16 * PG, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct kvmstats_range r[2];
+	struct kvmstats_tail_point t[KVMSTATS_TAIL_POINTS];
+	struct kvmstats_pages *pg;
+	struct kvmstats_ram *ram;
+	char err[256] = "";
+	uint32_t n;
+
+	(void)state;
+	assert_true(big != MAP_FAILED && small != MAP_FAILED);
+	madvise(big, 64 * PG, MADV_NOHUGEPAGE);
+	madvise(small, 16 * PG, MADV_NOHUGEPAGE);
+	for (unsigned int i = 0; i < 64; i++) {
+		if (i < 40 || i >= 56)
+			big[i * PG + 7] = (unsigned char)(i + 1);
+		else if (i < 48)
+			memset(big + i * PG, 0, PG);
+	}
+	for (unsigned int i = 0; i < 16; i++)
+		small[i * PG + 100] = 9;
+	r[0] = (struct kvmstats_range){ (uintptr_t)small, (uintptr_t)small + 16 * PG };
+	r[1] = (struct kvmstats_range){ (uintptr_t)big, (uintptr_t)big + 64 * PG };
+	ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .ranges = r, .nranges = 2,
+		.errbuf = err, .errbuf_sz = sizeof(err) });
+	if (!ram)
+		fail_msg("kvmstats_ram__open: %s", err);
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	assert_int_equal(ks_pages_tail(pg, 1000, t, &n), 0);
+	assert_int_equal(n, 8);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(t[i].pages, want[i].pages);
+		assert_true(fabs(t[i].normal - want[i].normal) < 1e-9);
+	}
+	/* Bounded: it stops at 20 pages, where the last point is. */
+	assert_int_equal(ks_pages_tail(pg, 20, t, &n), 0);
+	assert_int_equal(n, 6);
+	assert_int_equal(t[5].pages, 20);
+	assert_true(fabs(t[5].normal - 20) < 1e-9);	/* 16 + pages 60-63 */
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(big, 64 * PG);
+	munmap(small, 16 * PG);
+}
+
 /* The compression sample over our own memory: the low half of 1024
  * pages compresses to almost nothing (a byte a page), the high half not
  * at all (random bytes). A sample cut short by its time bound after one
@@ -1004,6 +1063,7 @@ int main(void)
 		cmocka_unit_test(test_bad_range),
 		cmocka_unit_test(test_vmm_gone),
 		cmocka_unit_test(test_pick_sorted),
+		cmocka_unit_test(test_pages_tail),
 		cmocka_unit_test(test_proc_cpu_ns),
 		cmocka_unit_test(test_model_clean),
 		cmocka_unit_test(test_model_dirty),
