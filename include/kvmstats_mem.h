@@ -397,8 +397,10 @@ struct kvmstats_tail_point {
 	double normal;
 };
 
-/* Points of a tail: at 1, 2, 4, ... 2^19 pages (2 GiB) at most. */
-#define KVMSTATS_TAIL_POINTS 20u
+/* Points of a tail: at 1, 2, 4, ... 2^17 pages (512 MiB) at most, the
+ * threshold of 1.7 GB/s at a 300 ms downtime limit; past them the model
+ * takes the rest of the pass at its mean. */
+#define KVMSTATS_TAIL_POINTS 18u
 
 struct kvmstats_migrate_input {
 	size_t sz;
