@@ -229,23 +229,14 @@ static int new_pages(struct kvmstats_dirty *d, double *nonzero)
 			ref[m++].page = p;
 			if (m < FETCH)
 				continue;
-			err = (int)ks_view_fetch(&d->v, ref, m, d->buf, d->addr, d->ok, d->ptr);
-			for (size_t k = 0; err >= 0 && k < m; k++) {
-				tested += d->ptr[k] != NULL;
-				zeros += d->ptr[k] && kvmstats_is_zero(d->ptr[k], KS_PAGE);
-			}
-			err = err < 0 ? err : 0;
+			err = ks_view_count_zero(&d->v, ref, m, d->buf, d->addr,
+						 d->ok, d->ptr, &tested, &zeros);
 			m = 0;
 		}
 	}
-	if (!err && m) {
-		err = (int)ks_view_fetch(&d->v, ref, m, d->buf, d->addr, d->ok, d->ptr);
-		for (size_t k = 0; err >= 0 && k < m; k++) {
-			tested += d->ptr[k] != NULL;
-			zeros += d->ptr[k] && kvmstats_is_zero(d->ptr[k], KS_PAGE);
-		}
-		err = err < 0 ? err : 0;
-	}
+	if (!err && m)
+		err = ks_view_count_zero(&d->v, ref, m, d->buf, d->addr, d->ok,
+					 d->ptr, &tested, &zeros);
 	kvmstats_pages__free(now);
 	d->res.new_pages = fresh;
 	*nonzero = tested ? (double)fresh * (double)(tested - zeros) / (double)tested : 0;

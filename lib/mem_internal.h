@@ -205,6 +205,11 @@ void ks_view_recheck(const struct ks_view *v, size_t region, uint64_t page,
 long ks_view_fetch(const struct ks_view *v, const struct ks_pageref *refs,
 		   size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
 		   const unsigned char **ptr);
+/* ks_view_fetch(), then of the pages read (added to *read) those that are
+ * zero (added to *zeros). Returns 0 or -ESRCH. */
+int ks_view_count_zero(const struct ks_view *v, const struct ks_pageref *refs,
+		       size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
+		       const unsigned char **ptr, uint64_t *read, uint64_t *zeros);
 /* Was the page at @ref, which a fetch could not read (@ptr NULL), missing
  * (rather than in a region that is not read at all)? */
 static inline bool ks_view_missing(const struct ks_view *v,

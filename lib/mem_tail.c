@@ -37,20 +37,19 @@ struct tail {
 	double normal; /* of them not zero */
 };
 
-/* Read and test the pages queued. */
+/* Read and test the pages queued: those not read count as data. */
 static int flush(struct tail *t)
 {
-	long got;
+	uint64_t read = 0, zeros = 0;
+	int err;
 
 	if (!t->queued)
 		return 0;
-	got = ks_view_fetch(&t->v, t->ref, t->queued, t->buf, t->addr, t->ok,
-			    t->ptr);
-	if (got < 0)
-		return (int)got;
-	for (size_t i = 0; i < t->queued; i++)
-		t->normal +=
-			!t->ptr[i] || !kvmstats_is_zero(t->ptr[i], KS_PAGE);
+	err = ks_view_count_zero(&t->v, t->ref, t->queued, t->buf, t->addr,
+				 t->ok, t->ptr, &read, &zeros);
+	if (err)
+		return err;
+	t->normal += (double)(t->queued - zeros);
 	t->queued = 0;
 	return 0;
 }

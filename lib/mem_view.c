@@ -277,3 +277,18 @@ long ks_view_fetch(const struct ks_view *v, const struct ks_pageref *refs,
 	}
 	return good + got;
 }
+
+int ks_view_count_zero(const struct ks_view *v, const struct ks_pageref *refs,
+		       size_t n, unsigned char *buf, uint64_t *addr, bool *ok,
+		       const unsigned char **ptr, uint64_t *read, uint64_t *zeros)
+{
+	long got = ks_view_fetch(v, refs, n, buf, addr, ok, ptr);
+
+	if (got < 0)
+		return (int)got;
+	for (size_t i = 0; i < n; i++) {
+		*read += ptr[i] != NULL;
+		*zeros += ptr[i] && kvmstats_is_zero(ptr[i], KS_PAGE);
+	}
+	return 0;
+}
