@@ -12,7 +12,7 @@
  * with the error of each prediction, (real - predicted) / real.
  *
  * A migration is ours when its status is under way, or has ended with
- * other figures than the one QEMU reported at our first look (a VMM keeps
+ * another status or other figures than at our first look (a VMM keeps
  * the figures of its last migration until the next one starts). Follow
  * stops when every followed migration ended, or at --timeout / --count.
  */
@@ -293,7 +293,10 @@ static bool ours(const struct fvm *v)
 		return false;
 	if (!kvmstats_migst_ended(m->status))
 		return true;
-	return !v->have_base || m->total_time_ms != v->base_time ||
+	/* (a migration that failed or was cancelled between two polls may
+	 * show no figures at all: its status alone tells it) */
+	return !v->have_base || m->status != v->base_status ||
+	       m->total_time_ms != v->base_time ||
 	       m->transferred != v->base_xfer;
 }
 
@@ -330,6 +333,7 @@ static void poll_vm(struct cli *cli, struct fvm *v, double t)
 	if (!v->have_base && v->state == FVM_WAIT) {
 		/* What a VMM shows of a migration before ours. */
 		v->have_base = kvmstats_migst_ended(v->m.status);
+		v->base_status = v->m.status;
 		v->base_time = v->m.total_time_ms;
 		v->base_xfer = v->m.transferred;
 		if (v->have_base)

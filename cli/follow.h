@@ -25,6 +25,7 @@ struct fvm {
 	struct kvmstats_follow *f;
 	enum fvm_state state;
 	bool have_base;			/* the last migration before ours */
+	enum kvmstats_migst base_status;
 	uint64_t base_time, base_xfer;
 	struct kvmstats_migration m;	/* the latest answer */
 	double seen_s;			/* ours first seen, since start */

@@ -14,7 +14,7 @@
  * monitor query-migrate (the library's follower: read only, one short
  * exchange on a fresh connection, bounded by --qmp-timeout, the monitor
  * never held between polls). A migration is the VM's when its status is
- * under way, or has ended with other figures than those QEMU showed at
+ * under way, or has ended with another status or other figures than at
  * the follower's first look (QEMU keeps the figures of its last migration
  * until the next one starts). When one is first seen, the prediction of
  * the planner's last round published before it started (QEMU's
@@ -41,6 +41,7 @@ struct follow_vm {
 	int fails; /* failed polls in a row */
 	bool answered; /* the last poll was answered */
 	bool have_base; /* the figures of a migration not ours */
+	enum kvmstats_migst base_status;
 	uint64_t base_time, base_xfer;
 	bool running; /* one of ours under way */
 	double pred_s, pred_bytes; /* its prediction; NAN: none */
@@ -477,6 +478,7 @@ static void vm_ended(struct follower *fl, struct follow_vm *v,
 	v->last_pred_s = v->pred_s;
 	v->last_pred_bytes = v->pred_bytes;
 	v->last_end = wall_s();
+	v->base_status = m->status;
 	v->base_time = m->total_time_ms;
 	v->base_xfer = m->transferred;
 	fl->ended++;
@@ -521,6 +523,7 @@ static void vm_poll(struct server *s, struct follow_vm *v)
 	if (!v->have_base) {
 		/* What the VMM shows of a migration before we looked. */
 		v->have_base = true;
+		v->base_status = m.status;
 		v->base_time = ended ? m.total_time_ms : UINT64_MAX;
 		v->base_xfer = ended ? m.transferred : UINT64_MAX;
 		if (ended)
@@ -528,8 +531,10 @@ static void vm_poll(struct server *s, struct follow_vm *v)
 	}
 	if (m.status == KVMSTATS_MIGST_NONE)
 		return;
-	if (!v->running && ended && m.total_time_ms == v->base_time &&
-	    m.transferred == v->base_xfer)
+	/* The last migration's, still shown; one that failed or was
+	 * cancelled between two polls may differ by its status alone. */
+	if (!v->running && ended && m.status == v->base_status &&
+	    m.total_time_ms == v->base_time && m.transferred == v->base_xfer)
 		return;
 	if (!v->running)
 		vm_started(s, v, &m);

@@ -11,7 +11,8 @@
 # for that VM must say the same figures and the same errors (within 1%).
 # Also: a start event before each end, follow's exit status 0 once every
 # migration ended, and a follow started on a VMM whose last migration is
-# over waits for a new one instead of reporting the old (--count).
+# over waits for a new one instead of reporting the old (--count), and
+# one that failed between two polls is seen to end.
 # In the lab (slow > 1) the guests are smaller.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu labqemu
@@ -136,6 +137,23 @@ if wait_until "$(slow 300)" test -S "$TMP/hop0.qmp" && migrate_tcp dst0 hop0; th
 else
 	fail "follow: dst0's second migration did not complete"
 fi
+
+# A migration that fails between two polls of a VM that came in by
+# migration: before and after, QEMU shows an ended migration and no
+# figures (the incoming one's "completed", then "failed"), so only the
+# status tells them apart. (With a plan given, follow's first look is at
+# once; without, after the plan it runs.)
+"$KVMSTATS" plan --pid "$DPID_dst1" --method scan --interval 0 --json >"$TMP/dst1.plan" 2>/dev/null
+"$KVMSTATS" follow --plan "$TMP/dst1.plan" --json --interval "$(slow_s 4)" \
+	--timeout "$(slow_s 12)" >"$TMP/fail.jsonl" 2>"$TMP/fail.err" &
+FAIL=$!
+track "$FAIL"
+sleep "$(slow_s 1)"
+r=$(q dst1 "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"tcp:127.0.0.1:$(free_port)\"}}")
+wait_until "$(slow 200)" sh -c "! kill -0 $FAIL 2>/dev/null"
+st=$(q dst1 '{"execute":"query-migrate"}' | jq -r '.return.status // empty' 2>/dev/null)
+check "a migration that failed between two polls is seen to end (QEMU: ${st:-?}; migrate: ${r//$'\n'/ })" \
+	jq -se 'map(select(.event == "end")) | length == 1 and .[0].outcome == "failed"' "$TMP/fail.jsonl"
 
 # The sources' migrations are over: a follow now sees only old ones.
 eval "pid=\$PID_vm0"
