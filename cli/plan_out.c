@@ -155,9 +155,10 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	const struct kvmstats_migrate_prediction *p = &r->pred;
 	struct json_object *j = json_object_new_object();
 
+	/* null when not measured: the model then assumed a clean guest
+	 * (assumed_clean), which is not a rate of 0 read off the guest */
 	jset(o, "dirty_pages_per_second",
-			       r->dirty_measured ? jnum(r->dirty.pages_per_second) :
-			       cli_json_double(0));
+	     r->dirty_measured ? jnum(r->dirty.pages_per_second) : NULL);
 	jset(o, "assumed_clean", json_object_new_boolean(p->assumed_clean));
 	jset(o, "predicted_transfer_bytes", ju64(p->bytes));
 	jset(o, "predicted_seconds", jnum(p->seconds));
@@ -275,8 +276,9 @@ static struct json_object *row_json(const struct vm_row *row, int rank)
 		jset(o, "unknown_pages", ju64(e->unknown_pages));
 		jset(o, "zero_pages_interval",
 				       interval_json(e->zero_lo, e->zero_hi));
+		/* (no pages: no ratio, null) */
 		jset(o, "zero_ratio", jnum(e->pages ? (double)e->zero_pages /
-								       (double)e->pages : 0));
+								       (double)e->pages : NAN));
 		jset(o, "coverage", jnum(e->coverage));
 		add_prediction(o, r);
 		add_settings(json_object_object_get(o, "prediction"), row->p);

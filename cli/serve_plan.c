@@ -75,8 +75,8 @@ static const struct {
 	[PG_RATIO] = { "kvmstats_plan_zero_ratio", NULL,
 		       "Share of the guest pages that are zero" },
 	[PG_DIRTY] = { "kvmstats_plan_dirty_pages_per_second", NULL,
-		       "Guest pages dirtied per second (0 with --plan-dirty-interval 0: "
-		       "a clean guest was assumed)" },
+		       "Guest pages dirtied per second (absent when not measured, as with "
+		       "--plan-dirty-interval 0: the model then assumed a clean guest)" },
 	[PG_BYTES] = { "kvmstats_plan_predicted_transfer_bytes", "bytes",
 		       "Predicted bytes of RAM a QEMU live migration sends" },
 	[PG_SECONDS] = { "kvmstats_plan_predicted_seconds", "seconds",
@@ -116,8 +116,8 @@ static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t ran
 	case PG_NONZERO: return (double)e->nonzero_pages;
 	case PG_UNKNOWN: return (double)e->unknown_pages;
 	case PG_MISSING: return (double)v->missing_pages;
-	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : 0;
-	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : 0;
+	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : NAN;
+	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : NAN;
 	case PG_BYTES: return (double)v->pred.bytes;
 	case PG_SECONDS: return v->pred.seconds;
 	case PG_CONVERGES:

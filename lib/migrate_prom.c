@@ -55,8 +55,8 @@ static double gauge(const struct kvmstats_plan_vm *v, int which, size_t rank)
 	case 1: return (double)e->zero_pages;
 	case 2: return (double)e->nonzero_pages;
 	case 3: return (double)e->unknown_pages;
-	case 4: return e->pages ? (double)e->zero_pages / (double)e->pages : 0;
-	case 5: return v->dirty_measured ? v->dirty.pages_per_second : 0;
+	case 4: return e->pages ? (double)e->zero_pages / (double)e->pages : NAN;
+	case 5: return v->dirty_measured ? v->dirty.pages_per_second : NAN;
 	case 6: return (double)v->pred.bytes;
 	case 7: return v->pred.seconds;
 	case 8:
@@ -82,7 +82,8 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 		{ "nonzero_pages", "Guest pages that are not zero (4 KiB)" },
 		{ "unknown_pages", "Guest pages of unknown content (swapped)" },
 		{ "zero_ratio", "Share of guest pages that are zero" },
-		{ "dirty_pages_per_second", "Guest pages dirtied per second" },
+		{ "dirty_pages_per_second", "Guest pages dirtied per second (absent when "
+					    "not measured: a clean guest was assumed)" },
 		{ "predicted_transfer_bytes", "Predicted bytes sent by a QEMU live migration" },
 		{ "predicted_seconds", "Predicted duration of a QEMU live migration" },
 		{ "converges", "1 when the migration is predicted to complete, 0 when "

@@ -146,7 +146,8 @@ scan_vs_migration() {
 	check "$name: JSON has every documented field" jq -e '.vms[0] |
 		has("pid") and has("name") and has("memory_bytes") and has("pages") and
 		has("zero_pages") and has("nonzero_pages") and has("unknown_pages") and
-		.method == "scan" and has("dirty_pages_per_second") and
+		.method == "scan" and .assumed_clean == true and
+		has("dirty_pages_per_second") and .dirty_pages_per_second == null and
 		has("predicted_transfer_bytes") and has("predicted_seconds") and
 		.converges == true and has("elapsed_seconds") and
 		(.ram.regions | length) > 0 and .ram.how == "qmp"' <<<"$out"

@@ -105,6 +105,9 @@ echo "# drain: total ${total:-none} s, last end ${last:-none} s, $ends VMs sched
 check "--drain-link: each VM's scheduled end ($ends), the total (${total:-none} s) is the last one (${last:-none} s)" \
 	bash -c "[ '$ends' = 2 ] && awk -v t='$total' -v l='$last' 'BEGIN { d = t - l; exit !(t > 0 && (d < 0 ? -d : d) <= t / 100) }'"
 check "promtool check metrics passes with the plan's and the drain's gauges" promtool check metrics <"$TMP/before.txt"
+check "--plan-dirty-interval 0: no dirty rate is exported (not measured), the prediction is" bash -c "
+	! grep -q '^kvmstats_plan_dirty_pages_per_second{' '$TMP/before.txt' &&
+	grep -q '^kvmstats_plan_predicted_transfer_bytes{pid=\"$A\",' '$TMP/before.txt'"
 check "no migration yet: running 0, followed 0, no last-migration series" bash -c "
 	grep -q '^kvmstats_migration_running{pid=\"$A\",name=\"vm0\"} 0$' '$TMP/before.txt' &&
 	grep -q '^kvmstats_migrations_followed_total 0$' '$TMP/before.txt' &&

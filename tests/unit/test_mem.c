@@ -1031,6 +1031,15 @@ static void test_prometheus(void **state)
 				    "method=\"scan\"} 1\n"));
 	assert_non_null(strstr(buf, "kvmstats_plan_rank{pid=\"10\""));
 	assert_null(strstr(buf, "pid=\"12\""));
+	/* A rate not measured (a clean guest assumed) is absent, not 0. */
+	assert_null(strstr(buf, "kvmstats_plan_dirty_pages_per_second{"));
+	b.dirty_measured = true;
+	b.dirty.pages_per_second = 250;
+	n = kvmstats_plan__prometheus(v, 3, buf, sizeof(buf));
+	assert_true(n > 0 && n < (int)sizeof(buf));
+	assert_null(strstr(buf, "kvmstats_plan_dirty_pages_per_second{pid=\"10\""));
+	assert_non_null(strstr(buf, "kvmstats_plan_dirty_pages_per_second{pid=\"11\","
+				    "name=\"we\\\"ird\\\\name\",method=\"scan\"} 250\n"));
 	/* snprintf semantics: truncated, terminated, full length returned. */
 	assert_int_equal(kvmstats_plan__prometheus(v, 3, small, sizeof(small)), n);
 	assert_int_equal(strlen(small), sizeof(small) - 1);
