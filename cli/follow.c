@@ -285,21 +285,6 @@ static int parse_plan(struct cli *cli, const struct follow_args *a,
 
 /* ---- watching ---- */
 
-static bool ours(const struct fvm *v)
-{
-	const struct kvmstats_migration *m = &v->m;
-
-	if (m->status == KVMSTATS_MIGST_NONE)
-		return false;
-	if (!kvmstats_migst_ended(m->status))
-		return true;
-	/* (a migration that failed or was cancelled between two polls may
-	 * show no figures at all: its status alone tells it) */
-	return !v->have_base || m->status != v->base_status ||
-	       m->total_time_ms != v->base_time ||
-	       m->transferred != v->base_xfer;
-}
-
 static void poll_error(struct cli *cli, struct fvm *v, int e, const char *why,
 		       double t)
 {
@@ -330,18 +315,13 @@ static void poll_vm(struct cli *cli, struct fvm *v, double t)
 		return;
 	}
 	v->fails = 0;
-	if (!v->have_base && v->state == FVM_WAIT) {
+	if (!v->base.set && v->state == FVM_WAIT) {
 		/* What a VMM shows of a migration before ours. */
-		v->have_base = kvmstats_migst_ended(v->m.status);
-		v->base_status = v->m.status;
-		v->base_time = v->m.total_time_ms;
-		v->base_xfer = v->m.transferred;
-		if (v->have_base)
+		kvmstats_migbase__set(&v->base, &v->m);
+		if (kvmstats_migst_ended(v->m.status))
 			return;
-		v->have_base = true;
-		v->base_time = v->base_xfer = UINT64_MAX;
 	}
-	if (v->state == FVM_WAIT && ours(v)) {
+	if (v->state == FVM_WAIT && kvmstats_migbase__is_new(&v->base, &v->m)) {
 		v->state = FVM_RUN;
 		v->seen_s = t;
 		follow_out_start(cli, v, t);

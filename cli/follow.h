@@ -24,9 +24,7 @@ struct fvm {
 	double sched_start, sched_end;	/* a drain plan's, else NAN */
 	struct kvmstats_follow *f;
 	enum fvm_state state;
-	bool have_base;			/* the last migration before ours */
-	enum kvmstats_migst base_status;
-	uint64_t base_time, base_xfer;
+	struct kvmstats_migbase base;	/* the last migration before ours */
 	struct kvmstats_migration m;	/* the latest answer */
 	double seen_s;			/* ours first seen, since start */
 	int fails;			/* failed polls in a row */

@@ -40,9 +40,7 @@ struct follow_vm {
 	bool said; /* why it is not read, said once */
 	int fails; /* failed polls in a row */
 	bool answered; /* the last poll was answered */
-	bool have_base; /* the figures of a migration not ours */
-	enum kvmstats_migst base_status;
-	uint64_t base_time, base_xfer;
+	struct kvmstats_migbase base; /* the figures of a migration not ours */
 	bool running; /* one of ours under way */
 	double pred_s, pred_bytes; /* its prediction; NAN: none */
 	bool have_last; /* an ended one: the last_* gauges */
@@ -478,9 +476,7 @@ static void vm_ended(struct follower *fl, struct follow_vm *v,
 	v->last_pred_s = v->pred_s;
 	v->last_pred_bytes = v->pred_bytes;
 	v->last_end = wall_s();
-	v->base_status = m->status;
-	v->base_time = m->total_time_ms;
-	v->base_xfer = m->transferred;
+	kvmstats_migbase__set(&v->base, m);
 	fl->ended++;
 }
 
@@ -520,21 +516,16 @@ static void vm_poll(struct server *s, struct follow_vm *v)
 	v->fails = 0;
 	v->answered = true;
 	ended = kvmstats_migst_ended(m.status);
-	if (!v->have_base) {
+	if (!v->base.set) {
 		/* What the VMM shows of a migration before we looked. */
-		v->have_base = true;
-		v->base_status = m.status;
-		v->base_time = ended ? m.total_time_ms : UINT64_MAX;
-		v->base_xfer = ended ? m.transferred : UINT64_MAX;
+		kvmstats_migbase__set(&v->base, &m);
 		if (ended)
 			return;
 	}
 	if (m.status == KVMSTATS_MIGST_NONE)
 		return;
-	/* The last migration's, still shown; one that failed or was
-	 * cancelled between two polls may differ by its status alone. */
-	if (!v->running && ended && m.status == v->base_status &&
-	    m.total_time_ms == v->base_time && m.transferred == v->base_xfer)
+	/* The last migration's, still shown. */
+	if (!v->running && !kvmstats_migbase__is_new(&v->base, &m))
 		return;
 	if (!v->running)
 		vm_started(s, v, &m);

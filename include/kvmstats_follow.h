@@ -93,6 +93,27 @@ struct kvmstats_migration {
 KVMSTATS_API bool kvmstats_migst_ended(enum kvmstats_migst s);
 KVMSTATS_API const char *kvmstats_migst_str(enum kvmstats_migst s);
 
+/* What a follower first saw of a VMM's migrations: QEMU (and libvirt)
+ * keep showing the last migration's status and figures until the next
+ * one starts, so an ended migration is a new one only when its status,
+ * total time or bytes differ from the base's. "None" (the first look was
+ * not at an ended migration): the figures are UINT64_MAX and every ended
+ * migration is new. Zeroed: no base yet. */
+struct kvmstats_migbase {
+	bool set;
+	enum kvmstats_migst status;
+	uint64_t total_time_ms, transferred;
+};
+
+/* Make @m the base: its status and figures when it ended, else "none". */
+KVMSTATS_API void kvmstats_migbase__set(struct kvmstats_migbase *b,
+					const struct kvmstats_migration *m);
+/* Is @m a migration other than the base's: one under way, or one that
+ * ended with another status, total time or bytes? Never one of status
+ * none. */
+KVMSTATS_API bool kvmstats_migbase__is_new(const struct kvmstats_migbase *b,
+					   const struct kvmstats_migration *m);
+
 struct kvmstats_follow_opts {
 	size_t sz;
 	const char *qmp_path;	/* NULL: the monitors on QEMU's command line */

@@ -85,6 +85,31 @@ bool kvmstats_migst_ended(enum kvmstats_migst s)
 	       s == KVMSTATS_MIGST_CANCELLED;
 }
 
+void kvmstats_migbase__set(struct kvmstats_migbase *b,
+			   const struct kvmstats_migration *m)
+{
+	bool ended = kvmstats_migst_ended(m->status);
+
+	b->set = true;
+	b->status = m->status;
+	b->total_time_ms = ended ? m->total_time_ms : UINT64_MAX;
+	b->transferred = ended ? m->transferred : UINT64_MAX;
+}
+
+bool kvmstats_migbase__is_new(const struct kvmstats_migbase *b,
+			      const struct kvmstats_migration *m)
+{
+	if (m->status == KVMSTATS_MIGST_NONE)
+		return false;
+	if (!kvmstats_migst_ended(m->status))
+		return true;
+	/* (a migration that failed or was cancelled between two polls may
+	 * show no figures at all: its status alone tells it) */
+	return !b->set || m->status != b->status ||
+	       m->total_time_ms != b->total_time_ms ||
+	       m->transferred != b->transferred;
+}
+
 const char *kvmstats_migst_str(enum kvmstats_migst s)
 {
 	static const char *const names[] = {

@@ -145,6 +145,65 @@ static void test_follow_completed(void **state)
 	assert_int_equal(ms, 900);
 }
 
+static struct kvmstats_migration reading(enum kvmstats_migst st, uint64_t ms,
+					 uint64_t bytes)
+{
+	struct kvmstats_migration m = {
+		.status = st, .total_time_ms = ms, .transferred = bytes};
+
+	return m;
+}
+
+/* follow's base: an ended migration shown at the first look is not a new
+ * one until its status or figures change. */
+static void test_follow_base(void **state)
+{
+	struct kvmstats_migration done =
+		reading(KVMSTATS_MIGST_COMPLETED, 1740, 5 << 20);
+	struct kvmstats_migration m;
+	struct kvmstats_migbase b = {0};
+
+	(void)state;
+	/* No base yet: every migration but none is new. */
+	assert_true(kvmstats_migbase__is_new(&b, &done));
+	m = reading(KVMSTATS_MIGST_NONE, 0, 0);
+	assert_false(kvmstats_migbase__is_new(&b, &m));
+
+	/* The last migration's, still shown. */
+	kvmstats_migbase__set(&b, &done);
+	assert_true(b.set);
+	assert_int_equal(b.status, KVMSTATS_MIGST_COMPLETED);
+	assert_int_equal(b.total_time_ms, 1740);
+	assert_int_equal(b.transferred, 5 << 20);
+	assert_false(kvmstats_migbase__is_new(&b, &done));
+	/* Another one under way, or ended with other figures or status. */
+	m = reading(KVMSTATS_MIGST_ACTIVE, 1740, 5 << 20);
+	assert_true(kvmstats_migbase__is_new(&b, &m));
+	m = reading(KVMSTATS_MIGST_COMPLETED, 1741, 5 << 20);
+	assert_true(kvmstats_migbase__is_new(&b, &m));
+	m = reading(KVMSTATS_MIGST_COMPLETED, 1740, (5 << 20) + 1);
+	assert_true(kvmstats_migbase__is_new(&b, &m));
+	/* Failed between two polls: its status alone tells it. */
+	m = reading(KVMSTATS_MIGST_FAILED, 1740, 5 << 20);
+	assert_true(kvmstats_migbase__is_new(&b, &m));
+
+	/* A first look at no ended migration: "none", any end is new. */
+	m = reading(KVMSTATS_MIGST_ACTIVE, 300, 1 << 20);
+	kvmstats_migbase__set(&b, &m);
+	assert_true(b.set);
+	assert_int_equal(b.status, KVMSTATS_MIGST_ACTIVE);
+	assert_int_equal(b.total_time_ms, UINT64_MAX);
+	assert_int_equal(b.transferred, UINT64_MAX);
+	assert_true(kvmstats_migbase__is_new(&b, &done));
+	m = reading(KVMSTATS_MIGST_CANCELLED, UINT64_MAX, UINT64_MAX);
+	assert_true(kvmstats_migbase__is_new(&b, &m));
+	m = reading(KVMSTATS_MIGST_NONE, 0, 0);
+	kvmstats_migbase__set(&b, &m);
+	assert_int_equal(b.total_time_ms, UINT64_MAX);
+	assert_false(kvmstats_migbase__is_new(&b, &m));
+	assert_true(kvmstats_migbase__is_new(&b, &done));
+}
+
 static void assert_version_in(const char *text, int err, unsigned int maj,
 			      unsigned int min)
 {
@@ -328,6 +387,7 @@ int main(void)
 		cmocka_unit_test(test_defaults_and_overrides),
 		cmocka_unit_test(test_multifd_accounting),
 		cmocka_unit_test(test_follow_completed),
+		cmocka_unit_test(test_follow_base),
 		cmocka_unit_test(test_exe_version_in),
 		cmocka_unit_test(test_exe_version_scan),
 #ifdef HAVE_LIBVIRT
