@@ -34,105 +34,56 @@
 /* How soon a round that found no VMM (discovery under way) is tried again. */
 #define PLAN_EMPTY_RETRY_NS 1000000000ull
 
-enum {
-	PG_MEMORY,
-	PG_ZERO,
-	PG_NONZERO,
-	PG_UNKNOWN,
-	PG_MISSING,
-	PG_RATIO,
-	PG_DIRTY,
-	PG_BYTES,
-	PG_SECONDS,
-	PG_CONVERGES,
-	PG_SECONDS_LO,
-	PG_SECONDS_HI,
-	PG_BYTES_LO,
-	PG_BYTES_HI,
-	PG_DIRTY_SAMPLES,
-	PG_POSTCOPY,
-	PG_ELAPSED,
-	PG_RANK,
-	PG_NR,
-};
-
-/* The per-VM gauges: the figures of `kvmstats plan --json`. */
+/* The per-VM gauges: the figures of `kvmstats plan --json`, their names
+ * and values the library's (kvmstats_plan_vm__gauge()), in this order. */
 static const struct {
-	const char *name, *unit, *help;
-} plan_gauges[PG_NR] = {
-	[PG_MEMORY] = { "kvmstats_plan_memory_bytes", "bytes",
-			"Guest RAM found in the VMM" },
-	[PG_ZERO] = { "kvmstats_plan_zero_pages", NULL,
-		      "Guest pages (4 KiB) that are zero, by the method in the label" },
-	[PG_NONZERO] = { "kvmstats_plan_nonzero_pages", NULL,
-			 "Guest pages (4 KiB) that are not zero, by the method in the label" },
-	[PG_UNKNOWN] = { "kvmstats_plan_unknown_pages", NULL,
-			 "Guest pages (4 KiB) of unknown content (swapped), sent as "
-			 "normal pages by the model" },
-	[PG_MISSING] = { "kvmstats_plan_missing_pages", NULL,
-			 "Guest pages (4 KiB) the VMM took away while the plan read them "
-			 "(unknown; estimated where the plan sampled)" },
-	[PG_RATIO] = { "kvmstats_plan_zero_ratio", NULL,
-		       "Share of the guest pages that are zero" },
-	[PG_DIRTY] = { "kvmstats_plan_dirty_pages_per_second", NULL,
-		       "Guest pages dirtied per second (absent when not measured, as with "
-		       "--plan-dirty-interval 0: the model then assumed a clean guest)" },
-	[PG_BYTES] = { "kvmstats_plan_predicted_transfer_bytes", "bytes",
-		       "Predicted bytes of RAM a QEMU live migration sends" },
-	[PG_SECONDS] = { "kvmstats_plan_predicted_seconds", "seconds",
-			 "Predicted duration of a QEMU live migration" },
-	[PG_CONVERGES] = { "kvmstats_plan_converges", NULL,
-			   "1 when the migration is predicted to complete, 0 when not; "
-			   "absent when uncertain (see kvmstats_plan_verdict)" },
-	[PG_SECONDS_LO] = { "kvmstats_plan_predicted_low_seconds", "seconds",
-			    "Predicted duration at the inputs' low bound" },
-	[PG_SECONDS_HI] = { "kvmstats_plan_predicted_high_seconds", "seconds",
-			    "Predicted duration at the inputs' high bound (absent when "
-			    "it does not complete)" },
-	[PG_BYTES_LO] = { "kvmstats_plan_predicted_transfer_low_bytes", "bytes",
-			  "Predicted bytes sent at the inputs' low bound" },
-	[PG_BYTES_HI] = { "kvmstats_plan_predicted_transfer_high_bytes", "bytes",
-			  "Predicted bytes sent at the inputs' high bound (absent when "
-			  "it does not complete)" },
-	[PG_DIRTY_SAMPLES] = { "kvmstats_plan_dirty_samples", NULL,
-			       "Dirty-rate intervals measured (more where the verdict "
-			       "was uncertain)" },
-	[PG_POSTCOPY] = { "kvmstats_plan_postcopy_seconds", "seconds",
-			  "Predicted post-copy phase (the guest runs on the destination, "
-			  "faulting pages in); absent without post-copy" },
-	[PG_ELAPSED] = { "kvmstats_plan_elapsed_seconds", "seconds",
-			 "Wall time this VM's plan took, the dirty-rate interval included" },
-	[PG_RANK] = { "kvmstats_plan_rank", NULL,
-		      "Position by predicted migration cost, 1 = cheapest" },
+	enum kvmstats_plan_gauge g;
+	const char *unit, *help;
+} plan_gauges[] = {
+	{KVMSTATS_PLAN_GAUGE_MEMORY, "bytes", "Guest RAM found in the VMM"},
+	{KVMSTATS_PLAN_GAUGE_ZERO, NULL,
+	 "Guest pages (4 KiB) that are zero, by the method in the label"},
+	{KVMSTATS_PLAN_GAUGE_NONZERO, NULL,
+	 "Guest pages (4 KiB) that are not zero, by the method in the label"},
+	{KVMSTATS_PLAN_GAUGE_UNKNOWN, NULL,
+	 "Guest pages (4 KiB) of unknown content (swapped), sent as "
+	 "normal pages by the model"},
+	{KVMSTATS_PLAN_GAUGE_MISSING, NULL,
+	 "Guest pages (4 KiB) the VMM took away while the plan read them "
+	 "(unknown; estimated where the plan sampled)"},
+	{KVMSTATS_PLAN_GAUGE_RATIO, NULL,
+	 "Share of the guest pages that are zero"},
+	{KVMSTATS_PLAN_GAUGE_DIRTY, NULL,
+	 "Guest pages dirtied per second (absent when not measured, as with "
+	 "--plan-dirty-interval 0: the model then assumed a clean guest)"},
+	{KVMSTATS_PLAN_GAUGE_BYTES, "bytes",
+	 "Predicted bytes of RAM a QEMU live migration sends"},
+	{KVMSTATS_PLAN_GAUGE_SECONDS, "seconds",
+	 "Predicted duration of a QEMU live migration"},
+	{KVMSTATS_PLAN_GAUGE_CONVERGES, NULL,
+	 "1 when the migration is predicted to complete, 0 when not; "
+	 "absent when uncertain (see kvmstats_plan_verdict)"},
+	{KVMSTATS_PLAN_GAUGE_SECONDS_LO, "seconds",
+	 "Predicted duration at the inputs' low bound"},
+	{KVMSTATS_PLAN_GAUGE_SECONDS_HI, "seconds",
+	 "Predicted duration at the inputs' high bound (absent when "
+	 "it does not complete)"},
+	{KVMSTATS_PLAN_GAUGE_BYTES_LO, "bytes",
+	 "Predicted bytes sent at the inputs' low bound"},
+	{KVMSTATS_PLAN_GAUGE_BYTES_HI, "bytes",
+	 "Predicted bytes sent at the inputs' high bound (absent when "
+	 "it does not complete)"},
+	{KVMSTATS_PLAN_GAUGE_DIRTY_SAMPLES, NULL,
+	 "Dirty-rate intervals measured (more where the verdict "
+	 "was uncertain)"},
+	{KVMSTATS_PLAN_GAUGE_POSTCOPY, "seconds",
+	 "Predicted post-copy phase (the guest runs on the destination, "
+	 "faulting pages in); absent without post-copy"},
+	{KVMSTATS_PLAN_GAUGE_ELAPSED, "seconds",
+	 "Wall time this VM's plan took, the dirty-rate interval included"},
+	{KVMSTATS_PLAN_GAUGE_RANK, NULL,
+	 "Position by predicted migration cost, 1 = cheapest"},
 };
-
-static double plan_value(const struct kvmstats_plan_vm *v, int which, size_t rank)
-{
-	const struct kvmstats_estimate *e = &v->est[v->method];
-
-	switch (which) {
-	case PG_MEMORY: return (double)v->memory_bytes;
-	case PG_ZERO: return (double)e->zero_pages;
-	case PG_NONZERO: return (double)e->nonzero_pages;
-	case PG_UNKNOWN: return (double)e->unknown_pages;
-	case PG_MISSING: return (double)v->missing_pages;
-	case PG_RATIO: return e->pages ? (double)e->zero_pages / (double)e->pages : NAN;
-	case PG_DIRTY: return v->dirty_measured ? v->dirty.pages_per_second : NAN;
-	case PG_BYTES: return (double)v->pred.bytes;
-	case PG_SECONDS: return v->pred.seconds;
-	case PG_CONVERGES:
-		return v->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN ? NAN :
-		       v->pred.verdict == KVMSTATS_VERDICT_CONVERGES;
-	case PG_SECONDS_LO: return v->pred.seconds_lo;
-	case PG_SECONDS_HI: return v->pred.seconds_hi;
-	case PG_BYTES_LO: return v->pred.bytes_lo;
-	case PG_BYTES_HI: return v->pred.bytes_hi;
-	case PG_DIRTY_SAMPLES: return v->pred.dirty_samples;
-	case PG_POSTCOPY: return v->pred.postcopy ? v->pred.postcopy_s : NAN;
-	case PG_ELAPSED: return v->elapsed_s;
-	default: return (double)rank;
-	}
-}
 
 /* kvmstats_plan_verdict{...,verdict="converges"} 1: one series a VM. */
 static void render_verdict(struct prom_buf *b, enum prom_format f,
@@ -160,20 +111,25 @@ static void render_plan(struct prom_buf *b, enum prom_format f,
 			const struct kvmstats_plan_vm *const *vms, size_t n)
 {
 	char name[4 * sizeof(vms[0]->name) + 1], lab[sizeof(name) + 96];
+	const char *gname;
+	double val;
 
 	b->len = 0;
 	b->failed = false;
-	for (int g = 0; n && g < PG_NR; g++) {
-		prom_family(b, f, plan_gauges[g].name, "gauge", plan_gauges[g].unit,
+	for (size_t g = 0;
+	     n && g < sizeof(plan_gauges) / sizeof(plan_gauges[0]); g++) {
+		gname = kvmstats_plan_gauge_str(plan_gauges[g].g);
+		prom_family(b, f, gname, "gauge", plan_gauges[g].unit,
 			    plan_gauges[g].help);
 		for (size_t i = 0; i < n; i++) {
 			prom_escape_label(vms[i]->name, name, sizeof(name));
 			snprintf(lab, sizeof(lab), "pid=\"%d\",name=\"%s\",method=\"%s\"",
 				 (int)vms[i]->pid, name, kvmstats_method_str(vms[i]->method));
 			/* unknown or not applicable: no sample, never NaN */
-			if (!isnan(plan_value(vms[i], g, i + 1)))
-				prom_sample(b, plan_gauges[g].name, lab,
-					    plan_value(vms[i], g, i + 1));
+			val = kvmstats_plan_vm__gauge(vms[i], plan_gauges[g].g,
+						      i + 1);
+			if (!isnan(val))
+				prom_sample(b, gname, lab, val);
 		}
 	}
 	render_verdict(b, f, vms, n);

@@ -622,6 +622,42 @@ KVMSTATS_API int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
 KVMSTATS_API int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms,
 					   size_t n, char *buf, size_t len);
 
+/* The per-VM gauges of a plan one by one, for an exporter that writes
+ * its own text (kvmstats serve). kvmstats_plan__prometheus() writes all
+ * but KVMSTATS_PLAN_GAUGE_MISSING. */
+enum kvmstats_plan_gauge {
+	KVMSTATS_PLAN_GAUGE_MEMORY,
+	KVMSTATS_PLAN_GAUGE_ZERO,
+	KVMSTATS_PLAN_GAUGE_NONZERO,
+	KVMSTATS_PLAN_GAUGE_UNKNOWN,
+	KVMSTATS_PLAN_GAUGE_MISSING,
+	KVMSTATS_PLAN_GAUGE_RATIO,
+	KVMSTATS_PLAN_GAUGE_DIRTY,
+	KVMSTATS_PLAN_GAUGE_BYTES,
+	KVMSTATS_PLAN_GAUGE_SECONDS,
+	KVMSTATS_PLAN_GAUGE_CONVERGES,
+	KVMSTATS_PLAN_GAUGE_SECONDS_LO,
+	KVMSTATS_PLAN_GAUGE_SECONDS_HI,
+	KVMSTATS_PLAN_GAUGE_BYTES_LO,
+	KVMSTATS_PLAN_GAUGE_BYTES_HI,
+	KVMSTATS_PLAN_GAUGE_DIRTY_SAMPLES,
+	KVMSTATS_PLAN_GAUGE_POSTCOPY,
+	KVMSTATS_PLAN_GAUGE_ELAPSED,
+	KVMSTATS_PLAN_GAUGE_RANK,
+	KVMSTATS_PLAN_GAUGE_NR,
+};
+
+/* Its metric name: "kvmstats_plan_memory_bytes", ... */
+KVMSTATS_API const char *kvmstats_plan_gauge_str(enum kvmstats_plan_gauge g);
+/* Its value for @v, NAN where unknown or not applicable (no sample, never
+ * NaN: a dirty rate not measured, the zero ratio of no pages, the verdict
+ * of an uncertain one, a bound that does not complete, post-copy without
+ * it). @rank is @v's place among the VMs exported with it, 1 = cheapest
+ * (kvmstats_plan_vm__compare()): KVMSTATS_PLAN_GAUGE_RANK's value. */
+KVMSTATS_API double kvmstats_plan_vm__gauge(const struct kvmstats_plan_vm *v,
+					    enum kvmstats_plan_gauge g,
+					    size_t rank);
+
 /* ---------------------------------------------------------------------
  * The migration as QEMU will run it: every setting that changes its cost,
  * read over QMP in the same short exchange as the RAM blocks

@@ -46,56 +46,126 @@ static void escape(char *dst, size_t len, const char *s)
 	dst[k] = 0;
 }
 
-static double gauge(const struct kvmstats_plan_vm *v, int which, size_t rank)
+static const char *const gauge_names[KVMSTATS_PLAN_GAUGE_NR] = {
+	[KVMSTATS_PLAN_GAUGE_MEMORY] = "kvmstats_plan_memory_bytes",
+	[KVMSTATS_PLAN_GAUGE_ZERO] = "kvmstats_plan_zero_pages",
+	[KVMSTATS_PLAN_GAUGE_NONZERO] = "kvmstats_plan_nonzero_pages",
+	[KVMSTATS_PLAN_GAUGE_UNKNOWN] = "kvmstats_plan_unknown_pages",
+	[KVMSTATS_PLAN_GAUGE_MISSING] = "kvmstats_plan_missing_pages",
+	[KVMSTATS_PLAN_GAUGE_RATIO] = "kvmstats_plan_zero_ratio",
+	[KVMSTATS_PLAN_GAUGE_DIRTY] = "kvmstats_plan_dirty_pages_per_second",
+	[KVMSTATS_PLAN_GAUGE_BYTES] = "kvmstats_plan_predicted_transfer_bytes",
+	[KVMSTATS_PLAN_GAUGE_SECONDS] = "kvmstats_plan_predicted_seconds",
+	[KVMSTATS_PLAN_GAUGE_CONVERGES] = "kvmstats_plan_converges",
+	[KVMSTATS_PLAN_GAUGE_SECONDS_LO] =
+		"kvmstats_plan_predicted_low_seconds",
+	[KVMSTATS_PLAN_GAUGE_SECONDS_HI] =
+		"kvmstats_plan_predicted_high_seconds",
+	[KVMSTATS_PLAN_GAUGE_BYTES_LO] =
+		"kvmstats_plan_predicted_transfer_low_bytes",
+	[KVMSTATS_PLAN_GAUGE_BYTES_HI] =
+		"kvmstats_plan_predicted_transfer_high_bytes",
+	[KVMSTATS_PLAN_GAUGE_DIRTY_SAMPLES] = "kvmstats_plan_dirty_samples",
+	[KVMSTATS_PLAN_GAUGE_POSTCOPY] = "kvmstats_plan_postcopy_seconds",
+	[KVMSTATS_PLAN_GAUGE_ELAPSED] = "kvmstats_plan_elapsed_seconds",
+	[KVMSTATS_PLAN_GAUGE_RANK] = "kvmstats_plan_rank",
+};
+
+const char *kvmstats_plan_gauge_str(enum kvmstats_plan_gauge g)
+{
+	return g < KVMSTATS_PLAN_GAUGE_NR ? gauge_names[g] : "unknown";
+}
+
+double kvmstats_plan_vm__gauge(const struct kvmstats_plan_vm *v,
+			       enum kvmstats_plan_gauge g, size_t rank)
 {
 	const struct kvmstats_estimate *e = &v->est[v->method];
 
-	switch (which) {
-	case 0: return (double)v->memory_bytes;
-	case 1: return (double)e->zero_pages;
-	case 2: return (double)e->nonzero_pages;
-	case 3: return (double)e->unknown_pages;
-	case 4: return e->pages ? (double)e->zero_pages / (double)e->pages : NAN;
-	case 5: return v->dirty_measured ? v->dirty.pages_per_second : NAN;
-	case 6: return (double)v->pred.bytes;
-	case 7: return v->pred.seconds;
-	case 8:
+	switch (g) {
+	case KVMSTATS_PLAN_GAUGE_MEMORY:
+		return (double)v->memory_bytes;
+	case KVMSTATS_PLAN_GAUGE_ZERO:
+		return (double)e->zero_pages;
+	case KVMSTATS_PLAN_GAUGE_NONZERO:
+		return (double)e->nonzero_pages;
+	case KVMSTATS_PLAN_GAUGE_UNKNOWN:
+		return (double)e->unknown_pages;
+	case KVMSTATS_PLAN_GAUGE_MISSING:
+		return (double)v->missing_pages;
+	case KVMSTATS_PLAN_GAUGE_RATIO:
+		return e->pages ? (double)e->zero_pages / (double)e->pages
+				: NAN;
+	case KVMSTATS_PLAN_GAUGE_DIRTY:
+		return v->dirty_measured ? v->dirty.pages_per_second : NAN;
+	case KVMSTATS_PLAN_GAUGE_BYTES:
+		return (double)v->pred.bytes;
+	case KVMSTATS_PLAN_GAUGE_SECONDS:
+		return v->pred.seconds;
+	case KVMSTATS_PLAN_GAUGE_CONVERGES:
 		return v->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN ? NAN :
 		       v->pred.verdict == KVMSTATS_VERDICT_CONVERGES;
-	case 9: return v->elapsed_s;
-	case 10: return (double)rank;
-	case 11: return v->pred.seconds_lo;
-	case 12: return v->pred.seconds_hi;
-	case 13: return v->pred.bytes_lo;
-	case 14: return v->pred.bytes_hi;
-	case 15: return v->pred.dirty_samples;
-	default: return v->pred.postcopy ? v->pred.postcopy_s : NAN;
+	case KVMSTATS_PLAN_GAUGE_SECONDS_LO:
+		return v->pred.seconds_lo;
+	case KVMSTATS_PLAN_GAUGE_SECONDS_HI:
+		return v->pred.seconds_hi;
+	case KVMSTATS_PLAN_GAUGE_BYTES_LO:
+		return v->pred.bytes_lo;
+	case KVMSTATS_PLAN_GAUGE_BYTES_HI:
+		return v->pred.bytes_hi;
+	case KVMSTATS_PLAN_GAUGE_DIRTY_SAMPLES:
+		return v->pred.dirty_samples;
+	case KVMSTATS_PLAN_GAUGE_POSTCOPY:
+		return v->pred.postcopy ? v->pred.postcopy_s : NAN;
+	case KVMSTATS_PLAN_GAUGE_ELAPSED:
+		return v->elapsed_s;
+	case KVMSTATS_PLAN_GAUGE_RANK:
+		return (double)rank;
+	default:
+		return NAN;
 	}
 }
 
 int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t n,
 			      char *buf, size_t len)
 {
-	static const char *const metric[][2] = {
-		{ "memory_bytes", "Guest RAM found in the VMM, bytes" },
-		{ "zero_pages", "Guest pages that are zero (4 KiB)" },
-		{ "nonzero_pages", "Guest pages that are not zero (4 KiB)" },
-		{ "unknown_pages", "Guest pages of unknown content (swapped)" },
-		{ "zero_ratio", "Share of guest pages that are zero" },
-		{ "dirty_pages_per_second", "Guest pages dirtied per second (absent when "
-					    "not measured: a clean guest was assumed)" },
-		{ "predicted_transfer_bytes", "Predicted bytes sent by a QEMU live migration" },
-		{ "predicted_seconds", "Predicted duration of a QEMU live migration" },
-		{ "converges", "1 when the migration is predicted to complete, 0 when "
-			       "not; absent when uncertain" },
-		{ "elapsed_seconds", "Wall time the plan took" },
-		{ "rank", "Position by predicted migration cost, 1 = cheapest" },
-		{ "predicted_low_seconds", "Predicted duration at the inputs' low bound" },
-		{ "predicted_high_seconds", "Predicted duration at the inputs' high bound" },
-		{ "predicted_transfer_low_bytes", "Predicted bytes at the inputs' low bound" },
-		{ "predicted_transfer_high_bytes", "Predicted bytes at the inputs' high bound" },
-		{ "dirty_samples", "Dirty-rate intervals measured" },
-		{ "postcopy_seconds", "Predicted post-copy phase" },
+	/* Its own order and words; the names and values are the gauges'. */
+	static const struct {
+		enum kvmstats_plan_gauge g;
+		const char *help;
+	} metric[] = {
+		{KVMSTATS_PLAN_GAUGE_MEMORY,
+		 "Guest RAM found in the VMM, bytes"},
+		{KVMSTATS_PLAN_GAUGE_ZERO, "Guest pages that are zero (4 KiB)"},
+		{KVMSTATS_PLAN_GAUGE_NONZERO,
+		 "Guest pages that are not zero (4 KiB)"},
+		{KVMSTATS_PLAN_GAUGE_UNKNOWN,
+		 "Guest pages of unknown content (swapped)"},
+		{KVMSTATS_PLAN_GAUGE_RATIO,
+		 "Share of guest pages that are zero"},
+		{KVMSTATS_PLAN_GAUGE_DIRTY,
+		 "Guest pages dirtied per second (absent when "
+		 "not measured: a clean guest was assumed)"},
+		{KVMSTATS_PLAN_GAUGE_BYTES,
+		 "Predicted bytes sent by a QEMU live migration"},
+		{KVMSTATS_PLAN_GAUGE_SECONDS,
+		 "Predicted duration of a QEMU live migration"},
+		{KVMSTATS_PLAN_GAUGE_CONVERGES,
+		 "1 when the migration is predicted to complete, "
+		 "0 when not; absent when uncertain"},
+		{KVMSTATS_PLAN_GAUGE_ELAPSED, "Wall time the plan took"},
+		{KVMSTATS_PLAN_GAUGE_RANK,
+		 "Position by predicted migration cost, 1 = cheapest"},
+		{KVMSTATS_PLAN_GAUGE_SECONDS_LO,
+		 "Predicted duration at the inputs' low bound"},
+		{KVMSTATS_PLAN_GAUGE_SECONDS_HI,
+		 "Predicted duration at the inputs' high bound"},
+		{KVMSTATS_PLAN_GAUGE_BYTES_LO,
+		 "Predicted bytes at the inputs' low bound"},
+		{KVMSTATS_PLAN_GAUGE_BYTES_HI,
+		 "Predicted bytes at the inputs' high bound"},
+		{KVMSTATS_PLAN_GAUGE_DIRTY_SAMPLES,
+		 "Dirty-rate intervals measured"},
+		{KVMSTATS_PLAN_GAUGE_POSTCOPY, "Predicted post-copy phase"},
 	};
 	struct out o = { buf, len, 0 };
 	char name[260];
@@ -103,12 +173,14 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 	if ((n && !vms) || (len && !buf))
 		return -EINVAL;
 	for (size_t m = 0; m < ARRAY_SIZE(metric); m++) {
+		const char *gname = kvmstats_plan_gauge_str(metric[m].g);
 		size_t rank = 0;
 
-		put(&o, "# HELP kvmstats_plan_%s %s\n# TYPE kvmstats_plan_%s gauge\n",
-		    metric[m][0], metric[m][1], metric[m][0]);
+		put(&o, "# HELP %s %s\n# TYPE %s gauge\n", gname,
+		    metric[m].help, gname);
 		for (size_t i = 0; i < n; i++) {
 			const struct kvmstats_plan_vm *v = vms[i];
+			double val;
 
 			if (!v || v->error || !v->predicted)
 				continue;
@@ -118,11 +190,13 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 					kvmstats_plan_vm__compare(vms[j], v) < 0;
 			escape(name, sizeof(name), v->name);
 			/* unknown or not applicable: no sample, never NaN */
-			if (isnan(gauge(v, (int)m, rank)))
+			val = kvmstats_plan_vm__gauge(v, metric[m].g, rank);
+			if (isnan(val))
 				continue;
-			put(&o, "kvmstats_plan_%s{pid=\"%d\",name=\"%s\",method=\"%s\"} %.17g\n",
-			    metric[m][0], (int)v->pid, name, kvmstats_method_str(v->method),
-			    gauge(v, (int)m, rank));
+			put(&o,
+			    "%s{pid=\"%d\",name=\"%s\",method=\"%s\"} %.17g\n",
+			    gname, (int)v->pid, name,
+			    kvmstats_method_str(v->method), val);
 		}
 	}
 	put(&o, "# HELP kvmstats_plan_verdict 1 for the model's verdict\n"

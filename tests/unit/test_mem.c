@@ -1046,6 +1046,39 @@ static void test_prometheus(void **state)
 	assert_int_equal(kvmstats_plan__prometheus(v, 3, NULL, 0), n);
 }
 
+static double gauge_of(const struct kvmstats_plan_vm *v, int g)
+{
+	return kvmstats_plan_vm__gauge(v, (enum kvmstats_plan_gauge)g, 4);
+}
+
+/* The gauges one by one: named, and absent (NAN) where not measured. */
+static void test_plan_gauges(void **state)
+{
+	struct kvmstats_plan_vm v = {.method = KVMSTATS_METHOD_SCAN,
+				     .missing_pages = 3};
+
+	(void)state;
+	for (int g = 0; g < KVMSTATS_PLAN_GAUGE_NR; g++)
+		assert_non_null(strstr(kvmstats_plan_gauge_str(g), "_plan_"));
+	assert_string_equal(kvmstats_plan_gauge_str(KVMSTATS_PLAN_GAUGE_NR),
+			    "unknown");
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_RATIO)));
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_DIRTY)));
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_POSTCOPY)));
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_NR)));
+	v.est[KVMSTATS_METHOD_SCAN].pages = 256;
+	v.est[KVMSTATS_METHOD_SCAN].zero_pages = 192;
+	v.dirty_measured = true;
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_RATIO) == 0.75);
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_DIRTY) == 0);
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_MISSING) == 3);
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_RANK) == 4);
+	v.pred.verdict = KVMSTATS_VERDICT_UNCERTAIN;
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_CONVERGES)));
+	v.pred.verdict = KVMSTATS_VERDICT_CONVERGES;
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_CONVERGES) == 1);
+}
+
 static void test_methods(void **state)
 {
 	(void)state;
@@ -1077,6 +1110,7 @@ int main(void)
 		cmocka_unit_test(test_model_clean),
 		cmocka_unit_test(test_model_dirty),
 		cmocka_unit_test(test_prometheus),
+		cmocka_unit_test(test_plan_gauges),
 		cmocka_unit_test(test_methods),
 	};
 
