@@ -17,8 +17,11 @@
  * (stopped by the host, slowed by dirty logging) drops the rest instead
  * of writing it in a burst, as a paced workload would. RATE 0: the
  * working set is written once, then left alone (a quiet guest). Every
- * 5 s it prints "memload: dirtied N pages in S s", what it really did,
- * since emulation may not keep the pace.
+ * 5 s it prints "memload: dirtied N pages in S s, longest pause P s",
+ * what it really did, since emulation may not keep the pace: P is the
+ * longest time between two of its wakeups in those 5 s (a tick, 10 ms,
+ * when the guest ran; more when it did not), the time in which a
+ * migration saw it write nothing.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -58,7 +61,7 @@ int main(int argc, char **argv)
 	unsigned long npages, i, cur = 0, done = 0, reported = 0;
 	uint64_t *mem, pass = 1;
 	long ws, rate;
-	double t0, last, due = 0;
+	double t0, last, due = 0, gap = 0;
 	struct timespec tick = { 0, TICK_NS };
 
 	if (argc != 3) {
@@ -95,6 +98,8 @@ int main(int argc, char **argv)
 		unsigned long n;
 
 		/* The pages due by now, but never more than 10 ticks behind. */
+		if (t - last > gap)
+			gap = t - last;
 		due += (t - last) * rate;
 		if (due > rate / 10.0 + 1)
 			due = rate / 10.0 + 1;
@@ -111,9 +116,10 @@ int main(int argc, char **argv)
 		}
 		if (t - t0 >= 5.0 * (reported + 1)) {
 			reported++;
-			printf("memload: dirtied %lu pages in %.1f s\n", done,
-			       t - t0);
+			printf("memload: dirtied %lu pages in %.1f s, longest pause %.3f s\n",
+			       done, t - t0, gap);
 			fflush(stdout);
+			gap = 0;
 		}
 		nanosleep(&tick, NULL);
 	}
