@@ -57,9 +57,11 @@ static const struct {
 	 "Guest pages dirtied per second (absent when not measured, as with "
 	 "--plan-dirty-interval 0: the model then assumed a clean guest)"},
 	{KVMSTATS_PLAN_GAUGE_BYTES, "bytes",
-	 "Predicted bytes of RAM a QEMU live migration sends"},
+	 "Predicted bytes of RAM a QEMU live migration sends (absent when "
+	 "the point prediction does not converge)"},
 	{KVMSTATS_PLAN_GAUGE_SECONDS, "seconds",
-	 "Predicted duration of a QEMU live migration"},
+	 "Predicted duration of a QEMU live migration (absent when the "
+	 "point prediction does not converge)"},
 	{KVMSTATS_PLAN_GAUGE_CONVERGES, NULL,
 	 "1 when the migration is predicted to complete, 0 when not; "
 	 "absent when uncertain (see kvmstats_plan_verdict)"},
@@ -342,10 +344,13 @@ static struct plan_pred *plan_preds(const struct kvmstats_plan_vm *const *vms,
 {
 	struct plan_pred *p = calloc(n + 1, sizeof(*p));
 
+	/* (NAN where the point prediction does not converge: the gauges') */
 	for (size_t i = 0; p && i < n; i++) {
 		p[i].pid = vms[i]->pid;
-		p[i].seconds = vms[i]->pred.seconds;
-		p[i].bytes = (double)vms[i]->pred.bytes;
+		p[i].seconds = kvmstats_plan_vm__gauge(
+			vms[i], KVMSTATS_PLAN_GAUGE_SECONDS, i + 1);
+		p[i].bytes = kvmstats_plan_vm__gauge(
+			vms[i], KVMSTATS_PLAN_GAUGE_BYTES, i + 1);
 	}
 	if (p)
 		qsort(p, n, sizeof(*p), cmp_pred);

@@ -455,6 +455,9 @@ enum kvmstats_verdict {
 KVMSTATS_API const char *kvmstats_verdict_str(enum kvmstats_verdict v);
 
 struct kvmstats_migrate_prediction {
+	/* Where converges is false, bytes and seconds are what the model had
+	 * sent when it gave up (the pending pages stalled, or too many
+	 * syncs): no prediction; a caller shows them as unknown. */
 	uint64_t bytes;		/* predicted wire bytes of RAM */
 	double seconds;		/* total time at the bandwidth */
 	uint32_t passes;	/* pre-copy passes, the stop-and-copy included */
@@ -615,7 +618,9 @@ KVMSTATS_API int kvmstats_plan_vm__compare(const struct kvmstats_plan_vm *a,
  *   (absent where that bound does not complete), kvmstats_plan_dirty_samples,
  *   kvmstats_plan_postcopy_seconds (with postcopy-ram), and
  *   kvmstats_plan_verdict{verdict="..."} 1 (one series per VM).
- * kvmstats_plan_converges is absent for a VM whose verdict is uncertain.
+ * kvmstats_plan_converges is absent for a VM whose verdict is uncertain;
+ * kvmstats_plan_predicted_transfer_bytes and _predicted_seconds for one
+ * whose point prediction does not converge.
  * VMs whose plan failed are left out. Writes at most @len bytes (always
  * NUL-terminated when len > 0) and returns the length the whole text
  * needs, like snprintf; negative errno on bad arguments. */
@@ -651,8 +656,9 @@ enum kvmstats_plan_gauge {
 KVMSTATS_API const char *kvmstats_plan_gauge_str(enum kvmstats_plan_gauge g);
 /* Its value for @v, NAN where unknown or not applicable (no sample, never
  * NaN: a dirty rate not measured, the zero ratio of no pages, the verdict
- * of an uncertain one, a bound that does not complete, post-copy without
- * it). @rank is @v's place among the VMs exported with it, 1 = cheapest
+ * of an uncertain one, the point bytes and seconds of one that does not
+ * converge, a bound that does not complete, post-copy without it). @rank
+ * is @v's place among the VMs exported with it, 1 = cheapest
  * (kvmstats_plan_vm__compare()): KVMSTATS_PLAN_GAUGE_RANK's value. */
 KVMSTATS_API double kvmstats_plan_vm__gauge(const struct kvmstats_plan_vm *v,
 					    enum kvmstats_plan_gauge g,

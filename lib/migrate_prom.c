@@ -97,10 +97,12 @@ double kvmstats_plan_vm__gauge(const struct kvmstats_plan_vm *v,
 				: NAN;
 	case KVMSTATS_PLAN_GAUGE_DIRTY:
 		return v->dirty_measured ? v->dirty.pages_per_second : NAN;
+	/* Where the point prediction does not converge, bytes and seconds
+	 * are what the model had sent when it gave up: no prediction. */
 	case KVMSTATS_PLAN_GAUGE_BYTES:
-		return (double)v->pred.bytes;
+		return v->pred.converges ? (double)v->pred.bytes : NAN;
 	case KVMSTATS_PLAN_GAUGE_SECONDS:
-		return v->pred.seconds;
+		return v->pred.converges ? v->pred.seconds : NAN;
 	case KVMSTATS_PLAN_GAUGE_CONVERGES:
 		return v->pred.verdict == KVMSTATS_VERDICT_UNCERTAIN ? NAN :
 		       v->pred.verdict == KVMSTATS_VERDICT_CONVERGES;
@@ -146,9 +148,11 @@ int kvmstats_plan__prometheus(const struct kvmstats_plan_vm *const *vms, size_t 
 		 "Guest pages dirtied per second (absent when "
 		 "not measured: a clean guest was assumed)"},
 		{KVMSTATS_PLAN_GAUGE_BYTES,
-		 "Predicted bytes sent by a QEMU live migration"},
+		 "Predicted bytes sent by a QEMU live migration (absent "
+		 "when it does not converge)"},
 		{KVMSTATS_PLAN_GAUGE_SECONDS,
-		 "Predicted duration of a QEMU live migration"},
+		 "Predicted duration of a QEMU live migration (absent "
+		 "when it does not converge)"},
 		{KVMSTATS_PLAN_GAUGE_CONVERGES,
 		 "1 when the migration is predicted to complete, "
 		 "0 when not; absent when uncertain"},

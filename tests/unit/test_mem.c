@@ -1040,6 +1040,27 @@ static void test_prometheus(void **state)
 	assert_null(strstr(buf, "kvmstats_plan_dirty_pages_per_second{pid=\"10\""));
 	assert_non_null(strstr(buf, "kvmstats_plan_dirty_pages_per_second{pid=\"11\","
 				    "name=\"we\\\"ird\\\\name\",method=\"scan\"} 250\n"));
+	/* A point prediction that does not converge: its bytes and seconds
+	 * are the model's give-up figures, no sample, never a number. */
+	a.pred.converges = false;
+	a.pred.verdict = KVMSTATS_VERDICT_NO;
+	a.pred.bytes = 1400000000;
+	a.pred.seconds = 170;
+	n = kvmstats_plan__prometheus(v, 3, buf, sizeof(buf));
+	assert_true(n > 0 && n < (int)sizeof(buf));
+	assert_null(strstr(buf, "kvmstats_plan_predicted_seconds{pid=\"10\""));
+	assert_null(strstr(
+		buf, "kvmstats_plan_predicted_transfer_bytes{pid=\"10\""));
+	assert_null(strstr(buf, "170"));
+	assert_non_null(
+		strstr(buf, "kvmstats_plan_predicted_seconds{pid=\"11\","
+			    "name=\"we\\\"ird\\\\name\",method=\"scan\"} 1\n"));
+	assert_non_null(
+		strstr(buf, "kvmstats_plan_converges{pid=\"10\","
+			    "name=\"we\\\"ird\\\\name\",method=\"scan\"} 0\n"));
+	assert_non_null(
+		strstr(buf, "kvmstats_plan_rank{pid=\"10\","
+			    "name=\"we\\\"ird\\\\name\",method=\"scan\"} 2\n"));
 	/* snprintf semantics: truncated, terminated, full length returned. */
 	assert_int_equal(kvmstats_plan__prometheus(v, 3, small, sizeof(small)), n);
 	assert_int_equal(strlen(small), sizeof(small) - 1);
@@ -1077,6 +1098,21 @@ static void test_plan_gauges(void **state)
 	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_CONVERGES)));
 	v.pred.verdict = KVMSTATS_VERDICT_CONVERGES;
 	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_CONVERGES) == 1);
+	/* The point bytes and seconds only where the point converges. */
+	v.pred.bytes = 1400000000;
+	v.pred.seconds = 170;
+	v.pred.converges = false;
+	v.pred.verdict = KVMSTATS_VERDICT_UNCERTAIN;
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_BYTES)));
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_SECONDS)));
+	v.pred.verdict = KVMSTATS_VERDICT_NO;
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_BYTES)));
+	assert_true(isnan(gauge_of(&v, KVMSTATS_PLAN_GAUGE_SECONDS)));
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_CONVERGES) == 0);
+	v.pred.converges = true;
+	v.pred.verdict = KVMSTATS_VERDICT_CONVERGES;
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_BYTES) == 1400000000);
+	assert_true(gauge_of(&v, KVMSTATS_PLAN_GAUGE_SECONDS) == 170);
 }
 
 static void test_methods(void **state)
