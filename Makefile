@@ -164,6 +164,8 @@ $(O)/kvmstats: $(CLI_OBJ) $(O)/libkvmstats.a
 $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) -Itests/unit $< -o $@ \
 		$(O)/libkvmstats.a -lcmocka $(LIB_LIBS)
+# (it includes the CLI's plan output)
+$(O)/tests/test_plan_out: cli/plan_out.c cli/plan.h cli/cli.h cli/sanitize.c
 
 # The driver of tests/integration/lifecycle.sh: the sampling loop under a
 # changing host, and a minimal VMM that hot-adds vCPUs.

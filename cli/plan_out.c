@@ -160,8 +160,12 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	jset(o, "dirty_pages_per_second",
 	     r->dirty_measured ? jnum(r->dirty.pages_per_second) : NULL);
 	jset(o, "assumed_clean", json_object_new_boolean(p->assumed_clean));
-	jset(o, "predicted_transfer_bytes", ju64(p->bytes));
-	jset(o, "predicted_seconds", jnum(p->seconds));
+	/* null where the point prediction does not converge: its bytes and
+	 * seconds are then what the model had sent when it gave up (the
+	 * note says after how many syncs), not a prediction */
+	jset(o, "predicted_transfer_bytes",
+	     p->converges ? ju64(p->bytes) : NULL);
+	jset(o, "predicted_seconds", p->converges ? jnum(p->seconds) : NULL);
 	/* null where the sample decides (the verdict says "uncertain") */
 	jset(o, "converges", p->verdict == KVMSTATS_VERDICT_UNCERTAIN ? NULL :
 			     json_object_new_boolean(p->verdict == KVMSTATS_VERDICT_CONVERGES));
@@ -175,11 +179,14 @@ static void add_prediction(struct json_object *o, const struct kvmstats_plan_vm 
 	jset(j, "postcopy_bytes", p->postcopy ? ju64(p->postcopy_bytes) : NULL);
 	jset(j, "postcopy_bandwidth_bytes_per_second",
 	     p->postcopy ? jnum(p->postcopy_bw) : NULL);
-	jset(j, "passes", json_object_new_int((int)p->passes));
+	/* (the syncs until it gave up, and no stop-and-copy, where the
+	 * point does not converge: null) */
+	jset(j, "passes",
+	     p->converges ? json_object_new_int((int)p->passes) : NULL);
 	jset(j, "first_pass_bytes", ju64(p->first_pass_bytes));
 	jset(j, "first_pass_tail", tail_json(r));
-	jset(j, "final_bytes", ju64(p->final_bytes));
-	jset(j, "downtime_seconds", jnum(p->downtime_s));
+	jset(j, "final_bytes", p->converges ? ju64(p->final_bytes) : NULL);
+	jset(j, "downtime_seconds", p->converges ? jnum(p->downtime_s) : NULL);
 	jset(j, "bandwidth_bytes_per_second", jnum(r->bandwidth));
 	jset(j, "bandwidth_source", jstr(r->bandwidth_source));
 	if (r->settings_note[0])
@@ -196,6 +203,7 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	const struct kvmstats_migrate_settings *s = kvmstats_plan__settings(p);
 	const struct kvmstats_migrate_detail *d = kvmstats_plan__detail(p);
 	const struct kvmstats_compress_estimate *c = &d->compress;
+	bool conv = kvmstats_plan__result(p)->pred.converges;
 	struct json_object *set = json_object_new_object(), *cj;
 	char v[32];
 
@@ -222,7 +230,8 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	jset(pred, "source_cpus", cj);
 	jset(pred, "multifd_windows_vary",
 	     s->multifd ? json_object_new_boolean(d->windows_vary) : NULL);
-	jset(pred, "wire_bytes", ju64(d->wire_bytes));
+	/* (what it had sent when it gave up, where it does not converge) */
+	jset(pred, "wire_bytes", conv ? ju64(d->wire_bytes) : NULL);
 	if (c->valid || c->note[0]) {
 		cj = json_object_new_object();
 		jset(cj, "method", jstr(kvmstats_mig_compress_str(c->method)));
@@ -244,7 +253,8 @@ static void add_settings(struct json_object *pred, const struct kvmstats_plan *p
 	}
 	if (s->auto_converge) {
 		jset(pred, "max_throttle_percent", json_object_new_int((int)d->max_throttle));
-		jset(pred, "throttled_seconds", jnum(d->throttled_s));
+		jset(pred, "throttled_seconds",
+		     conv ? jnum(d->throttled_s) : NULL);
 	}
 	jset(pred, "not_modelled", jstr(d->not_modelled));
 }
@@ -376,8 +386,14 @@ static void print_row(const struct vm_row *row, int rank)
 		snprintf(dirty, sizeof(dirty), "clean?");
 	if (r->dirty_measured)
 		strcat(dirty, "/s");
-	human_bytes((double)r->pred.bytes, xfer, sizeof(xfer));
-	human_secs(r->pred.seconds, secs, sizeof(secs));
+	/* "-" where the point does not converge: the model's figures are
+	 * then where it gave up */
+	if (r->pred.converges)
+		human_bytes((double)r->pred.bytes, xfer, sizeof(xfer));
+	else
+		snprintf(xfer, sizeof(xfer), "-");
+	human_secs(r->pred.converges ? r->pred.seconds : NAN, secs,
+		   sizeof(secs));
 	human_secs(r->elapsed_s, cost, sizeof(cost));
 	printf("%-4d %-7d %-16.16s %10s %-7s %5.1f%% %5.1f%% %s %12s %10s %9s %-4s %9s\n",
 	       rank, (int)r->pid, safe_str(r->name), mem, kvmstats_method_str(r->method),
@@ -445,9 +461,13 @@ static void print_settings(const struct kvmstats_plan *p)
 		       "(this host's, as the scan ran)\n", d->walk_s, d->walk_rate / 1e6);
 	else
 		printf("  zero test: not modelled (no scan timed it, an ASan build, or QEMU tests no page)\n");
-	if (s->auto_converge)
+	if (s->auto_converge && r->pred.converges)
 		printf("  auto-converge: the guest's vCPUs throttled up to %u%% for %.2f s\n",
 		       d->max_throttle, d->throttled_s);
+	else if (s->auto_converge)
+		printf("  auto-converge: the guest's vCPUs throttled up to "
+		       "%u%%, and still it does not converge\n",
+		       d->max_throttle);
 	if (d->not_modelled[0])
 		printf("  not modelled: %s\n", d->not_modelled);
 }
