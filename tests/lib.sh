@@ -295,6 +295,17 @@ check_verdict() {
 	esac
 }
 
+# num_or_dash FMT VALUE: VALUE printed with FMT, or "-" where it is null
+# or empty (unknown, as a plan's time and transfer where it does not
+# converge): never 0.
+# shellcheck disable=SC2059 # the format is the caller's
+num_or_dash() {
+	case $2 in
+	"" | null) printf '%s' - ;;
+	*) printf "$1" "$2" ;;
+	esac
+}
+
 # rel_error REAL PRED: (real - predicted) / real, as the tests compute
 # a prediction's error.
 rel_error() { awk -v r="$1" -v p="$2" 'BEGIN { printf "%.9f", (r - p) / r }'; }

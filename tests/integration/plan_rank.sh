@@ -77,7 +77,7 @@ for i in $(seq "$n"); do
 	eval "p=\$PID_$i mem=\$MEM_$i keys=\$KEYS_$i"
 	# shellcheck disable=SC2154 # set by the eval above
 	read -r rank psec verd bws < <(jq -r --argjson p "$p" '.vms[] | select(.pid == $p) |
-		"\(.rank) \(.predicted_seconds) \(.prediction.verdict // .converges)
+		"\(.rank) \(.predicted_seconds // "-") \(.prediction.verdict // .converges)
 		\(.prediction.settings["max-bandwidth"].source // "-")"' "$TMP/plan.json" | tr '\n' ' ')
 	# shellcheck disable=SC2154
 	QEMU_MEM=$mem launch_qemu "dst$i" "$keys" -incoming defer
