@@ -80,7 +80,9 @@ static struct json_object *remedy_json(const struct kvmstats_drain_slot *s,
 		jset(ac, "converges", json_object_new_boolean(v->ac_converges));
 		jset(ac, "predicted_seconds", v->ac_converges ? jnum(v->ac_seconds) : NULL);
 		jset(ac, "max_throttle_percent", json_object_new_int((int)v->ac_throttle));
-		jset(ac, "throttled_s", jnum(v->ac_throttled_s));
+		/* (until the model gave up, where it does not converge) */
+		jset(ac, "throttled_s",
+		     v->ac_converges ? jnum(v->ac_throttled_s) : NULL);
 	}
 	jset(o, "auto_converge", ac);
 	jset(o, "postcopy", json_object_new_string("not modelled: post-copy always "
@@ -92,6 +94,10 @@ static struct json_object *slot_json(const struct kvmstats_drain_slot *s,
 				     const struct drain_vm *v)
 {
 	struct json_object *o = json_object_new_object(), *al = json_object_new_object();
+	/* Neither done nor aborted: it never ends, and what it had sent when
+	 * the schedule stopped is no prediction. An aborted one's figures
+	 * are its abort's, which the schedule predicts. */
+	bool ends = s->converges || s->aborted;
 	char name[512];
 
 	str_escape(name, sizeof(name), s->name);
@@ -103,8 +109,9 @@ static struct json_object *slot_json(const struct kvmstats_drain_slot *s,
 	jset(o, "scheduled_end_s", jnum(s->end_s));
 	jset(o, "scheduled_end_interval_s", jpair(s->end_lo_s, s->end_hi_s));
 	jset(o, "predicted_seconds", jnum(s->seconds));
-	jset(o, "predicted_transfer_bytes", json_object_new_uint64(s->bytes));
-	jset(o, "passes", json_object_new_int((int)s->passes));
+	jset(o, "predicted_transfer_bytes",
+	     ends ? json_object_new_uint64(s->bytes) : NULL);
+	jset(o, "passes", ends ? json_object_new_int((int)s->passes) : NULL);
 	jset(o, "converges", json_object_new_boolean(s->converges));
 	jset(o, "verdict", json_object_new_string(verdict(s)));
 	jset(o, "aborted", json_object_new_boolean(s->aborted));
@@ -115,8 +122,13 @@ static struct json_object *slot_json(const struct kvmstats_drain_slot *s,
 	if (v && v->res->settings_note[0])
 		jset(o, "settings_note", json_object_new_string(v->res->settings_note));
 	jset(o, "shares", shares_json(s));
-	jset(al, "predicted_seconds", jnum(s->alone.seconds));
-	jset(al, "predicted_transfer_bytes", json_object_new_uint64(s->alone.bytes));
+	/* Alone there is no abort: where it does not converge, the model's
+	 * figures are where it gave up, null. */
+	jset(al, "predicted_seconds",
+	     s->alone.converges ? jnum(s->alone.seconds) : NULL);
+	jset(al, "predicted_transfer_bytes",
+	     s->alone.converges ? json_object_new_uint64(s->alone.bytes)
+				: NULL);
 	jset(al, "converges", json_object_new_boolean(s->alone.converges));
 	jset(o, "alone", al);
 	jset(o, "would_move", s->converges && !s->uncertain ? NULL : remedy_json(s, v));

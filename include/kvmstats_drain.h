@@ -99,7 +99,10 @@ struct kvmstats_drain_slot {
 	double start_s, end_s;		/* end: gone, or aborted */
 	double seconds;			/* end - start */
 	double end_lo_s, end_hi_s;	/* end at the dirty curve's lo and hi */
-	uint64_t bytes;			/* sent under the schedule */
+	/* Sent under the schedule, and its passes (until aborted). One that
+	 * neither converges nor is aborted never ends (end_s infinite):
+	 * then what it had sent when the schedule stopped, no prediction. */
+	uint64_t bytes;
 	uint32_t passes;
 	bool converges;			/* under the schedule */
 	bool uncertain;			/* lo and hi curves disagree on it */
@@ -109,7 +112,9 @@ struct kvmstats_drain_slot {
 	double min_share, max_share;	/* bytes/s it got */
 	uint32_t nsegs;			/* at most KVMSTATS_DRAIN_MAX_SEGS kept */
 	struct kvmstats_drain_seg segs[KVMSTATS_DRAIN_MAX_SEGS];
-	/* Alone, at min(own max-bandwidth, link): */
+	/* Alone, at min(own max-bandwidth, link), without the abort rule
+	 * (where it does not converge, its bytes and seconds are where the
+	 * model gave up): */
 	struct kvmstats_migrate_prediction alone;
 	/* What would move one that does not converge alone (0: nothing
 	 * found): the downtime-limit that would do (up to 60 s), and the

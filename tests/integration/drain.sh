@@ -406,8 +406,11 @@ score() {
 		$x.start, $x.end, $x.seconds, $x.status] | @tsv' "$plan" >"$TMP/$name.rows"
 	local bad_time="" bad_fate="" pid vname ps pe psec verdict rs re rsec st
 	while IFS=$'\t' read -r pid vname ps pe psec verdict rs re rsec st; do
-		SUMMARY="$SUMMARY$(printf '# %-22s %-6s %7.2f %7.2f %7.2f  %-9s | %7.2f %7.2f %7.2f  %s' \
-			"$name" "${vname#guest=}" "$ps" "$pe" "$psec" "$verdict" "${rs:-0}" "${re:-0}" "${rsec:-0}" "$st")
+		# (unknown, or never ending: "-", never 0)
+		SUMMARY="$SUMMARY$(printf '# %-22s %-6s %7s %7s %7s  %-9s | %7s %7s %7s  %s' \
+			"$name" "${vname#guest=}" "$(num_or_dash %.2f "$ps")" "$(num_or_dash %.2f "$pe")" \
+			"$(num_or_dash %.2f "$psec")" "$verdict" "$(num_or_dash %.2f "$rs")" \
+			"$(num_or_dash %.2f "$re")" "$(num_or_dash %.2f "$rsec")" "$st")
 "
 		case $verdict in
 		converges)
@@ -435,6 +438,16 @@ score() {
 		test -z "$bad_fate"
 	check "$name: the drain named exactly one VM that will not converge (d)" \
 		jq -e '[.vms[] | select(.verdict != "converges")] | length == 1 and (.[0].name | test("^(guest=)?d\\."))' "$plan"
+	# d's time under the schedule is its abort's, which the schedule
+	# predicts; alone (no abort) it does not converge: the model's
+	# figures there are where it gave up, null.
+	jq -c '.vms[] | select(.name | test("^(guest=)?d\\.")) | {aborted, abort_after_s,
+		predicted_seconds, predicted_transfer_bytes, alone}' "$plan" | sed "s/^/# $name: d: /"
+	check "$name: d's predicted time is its abort's, its transfer until then; alone, both null" \
+		jq -e '.vms[] | select(.name | test("^(guest=)?d\\.")) | .aborted and
+		((.predicted_seconds - .abort_after_s) | fabs) < 1e-6 and .predicted_transfer_bytes > 0 and
+		.alone.converges == false and .alone.predicted_seconds == null and
+		.alone.predicted_transfer_bytes == null' "$plan"
 }
 
 # loaded: LOADED says why the host cannot tell the drain's timing, when
