@@ -86,10 +86,12 @@ static const struct {
 	[FG_PRED_SECONDS] =
 		{"kvmstats_migration_last_predicted_seconds", "seconds",
 		 "Duration the planner predicted for it: its last round "
-		 "published before the migration started"},
+		 "published before the migration started (absent where "
+		 "that round's prediction did not converge)"},
 	[FG_PRED_BYTES] = {"kvmstats_migration_last_predicted_transfer_bytes",
 			   "bytes",
-			   "RAM bytes the planner predicted it would send"},
+			   "RAM bytes the planner predicted it would send "
+			   "(absent where it did not converge)"},
 	[FG_END] = {"kvmstats_migration_last_end_timestamp_seconds", "seconds",
 		    "When the follower saw it end (Unix time)"},
 };

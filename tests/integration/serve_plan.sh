@@ -10,9 +10,11 @@
 # pagemap --interval 0 --json` run with every capability, and the memfd VM
 # shows why CAP_CHECKPOINT_RESTORE is kept; a slow scan does not slow the
 # scrapes and SIGTERM stops serve promptly in the middle of it; a busy VM
-# whose verdict stays uncertain is measured on, by serve as by plan; a VM
-# that exits is dropped from the gauges without a word while the other
-# stays.
+# whose verdict stays uncertain is measured on, by serve as by plan; the
+# same VM at 1 MiB/s does not converge, and has no predicted time or
+# transfer (null in plan's JSON, "-" in its table, no sample in serve's);
+# a VM that exits is dropped from the gauges without a word while the
+# other stays.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu
 source "$(dirname "$0")/../lib.sh"
@@ -197,6 +199,71 @@ else
 	fail "serve --plan-method scan" "did not start"
 fi
 
+# ---- a VM that does not converge: no predicted time or transfer -----------------
+# The busy VM below at 1 MiB/s and 100 ms (100 KiB may stay dirty; it
+# rewrites 8 MiB as fast as it can) does not converge: the model's bytes
+# and seconds are where it gave up, not a prediction. kvmstats plan has
+# null in its JSON and "-" in its table for them, serve no sample (the
+# verdict and kvmstats_plan_converges 0 stay); and once QEMU migrated it
+# (the limits raised), serve's follower has no predicted figure nor error
+# for that migration.
+stuck_vm() {
+	local i v c n got secs
+	"$KVMSTATS" plan --pid $NEAR --method pagemap --interval 1 --bandwidth 1M --downtime 100 \
+		--json >"$TMP/stuck.json" 2>"$TMP/stuck.err"
+	"$KVMSTATS" plan --pid $NEAR --method pagemap --interval 1 --bandwidth 1M --downtime 100 \
+		>"$TMP/stuck.txt" 2>&1
+	jq -c '.vms[0] | {verdict: .prediction.verdict, converges, predicted_seconds,
+		predicted_transfer_bytes, predicted_seconds_interval, note: .prediction.note}' \
+		"$TMP/stuck.json" | sed 's/^/# stuck: /'
+	sed -n '1,2s/^/# stuck: /p' "$TMP/stuck.txt"
+	check "kvmstats plan --json: a VM that does not converge has null predicted time and transfer" \
+		jq -e '.vms[0] | .prediction.verdict == "does-not-converge" and .converges == false and
+		has("predicted_seconds") and .predicted_seconds == null and
+		has("predicted_transfer_bytes") and .predicted_transfer_bytes == null and
+		.predicted_seconds_interval == [null, null] and
+		(.prediction.note | test("does not converge: after"))' "$TMP/stuck.json"
+	check "kvmstats plan: its TRANSFER and TIME are \"-\", CONV NO" \
+		grep -Eq "^1 +$NEAR .* +- +- +NO +[0-9]" "$TMP/stuck.txt"
+	if ! start_serve stuck --pid $NEAR --plan-interval 1 --plan-bandwidth 1M --plan-downtime 100; then
+		fail "serve --plan-bandwidth 1M" "did not start"
+		return
+	fi
+	v=""
+	for i in $(seq 60); do
+		curl -sS --max-time 10 "$URL" >"$TMP/stuck.m" 2>/dev/null
+		v=$(sed -n "s/^kvmstats_plan_verdict{pid=\"$NEAR\",.*,verdict=\"\([a-z-]*\)\"} 1$/\1/p" "$TMP/stuck.m")
+		[ -n "$v" ] && break
+		sleep 0.5
+	done
+	c=$(gauge "$TMP/stuck.m" kvmstats_plan_converges $NEAR)
+	grep "pid=\"$NEAR\"" "$TMP/stuck.m" | grep -E '_(predicted|converges|verdict|rank)' | sed 's/^/# stuck: /'
+	n=$(grep -cE "^kvmstats_plan_predicted_(seconds|transfer_bytes)\\{pid=\"$NEAR\"," "$TMP/stuck.m")
+	check "serve: the VM's verdict ${v:-none}, kvmstats_plan_converges ${c:-none}, and $n predicted time or transfer samples" \
+		[ "$v" = does-not-converge -a "$c" = 0 -a "$n" = 0 ]
+	check "serve: promtool passes without those samples" promtool check metrics <"$TMP/stuck.m"
+	# serve's follower, on a migration of it with the limits raised (QEMU
+	# completes): QEMU's figures, and no predicted ones nor an error,
+	# since the round before it had none.
+	# (qmp, not q: q is Prometheus' above)
+	qmp "$TMP/near.qmp" \
+		'{"execute":"migrate-set-parameters","arguments":{"max-bandwidth":1099511627776,"downtime-limit":60000}}' \
+		'{"execute":"migrate","arguments":{"uri":"exec:cat > /dev/null"}}' >/dev/null
+	got=0
+	for i in $(seq 60); do
+		curl -sS --max-time 10 "$URL" >"$TMP/stuck.f" 2>/dev/null
+		grep -q '^kvmstats_migrations_followed_total 1$' "$TMP/stuck.f" && { got=1; break; }
+		sleep 0.5
+	done
+	grep '^kvmstats_migration' "$TMP/stuck.f" | sed 's/^/# stuck: /'
+	secs=$(gauge "$TMP/stuck.f" kvmstats_migration_last_seconds $NEAR)
+	n=$(grep -cE "^kvmstats_migration_last_(predicted_[a-z_]+|error_ratio)\\{pid=\"$NEAR\"," "$TMP/stuck.f")
+	check "serve's follower: the migration's seconds (${secs:-none}), and $n predicted or error samples" \
+		[ $got = 1 -a -n "$secs" -a "$n" = 0 ]
+	check "serve's follower: promtool passes" promtool check metrics <"$TMP/stuck.f"
+	stop_timed $SERVE_PID
+}
+
 # ---- a VM near the threshold is measured on, as kvmstats plan does ---------------
 # It rewrites 8 MiB (2048 pages) as fast as it can: its dirty curve is
 # flat from the first point on, so its 95% interval stays as wide however
@@ -232,6 +299,7 @@ if QEMU_MEM=128 start_qemu near 'nonzero=4M dirty=8M dirtyloop=1'; then
 	else
 		fail "serve --plan-downtime 200" "did not start"
 	fi
+	stuck_vm
 	kill -TERM $NEAR
 	wait $NEAR 2>/dev/null
 else
