@@ -10,9 +10,11 @@
 # the plan's predictions, (real - predicted) / real; follow's "end" event
 # for that VM must say the same figures and the same errors (within 1%).
 # Also: a start event before each end, follow's exit status 0 once every
-# migration ended, and a follow started on a VMM whose last migration is
-# over waits for a new one instead of reporting the old (--count), and
-# one that failed between two polls is seen to end.
+# migration ended; a VM whose plan does not converge (null predicted time
+# and transfer), then migrated with raised limits, ends with QEMU's
+# figures and null errors (text: "-"); a follow started on a VMM whose
+# last migration is over waits for a new one instead of reporting the old
+# (--count), and one that failed between two polls is seen to end.
 # In the lab (slow > 1) the guests are smaller.
 # SPDX-License-Identifier: GPL-2.0-or-later
 # kvmstats-test: needs=kvm qemu labqemu
@@ -116,6 +118,53 @@ for i in $(seq 0 $((N - 1))); do
 	check "vm$i: time error $fte is the test's $te (QEMU's total-time)" same "$fte" "$te"
 	check "vm$i: bytes error $fbe is the test's $be (QEMU's ram.transferred)" same "$fbe" "$be"
 done
+
+# A VM whose plan does not converge: it rewrites 32 MiB (some 32 MiB/s,
+# where KVM runs it), far over its max-bandwidth of 2 MiB/s x 300 ms.
+# The plan has no predicted time or transfer (null: the model's figures
+# are where it gave up); then the operator raises the limits
+# (max-bandwidth 1 TiB/s, downtime-limit 60 s) and QEMU completes.
+# follow's end is QEMU's figures, with no prediction and so no error:
+# not one computed against a give-up point, nor 0.
+QEMU_MEM=$MEM launch_qemu busy "nonzero=1M stride=4K dirty=32M dirtyloop=1"
+BUSY=$QEMU_PID
+if wait_ready busy "$BUSY" "$(slow 60)"; then
+	q busy "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":$((2 << 20)),\"downtime-limit\":300}}" >/dev/null
+	"$KVMSTATS" plan --pid "$BUSY" --method pagemap --interval 1 --json >"$TMP/busy.plan" 2>"$TMP/busy.plan.err"
+	jq -c '.vms[0] | {verdict: .prediction.verdict, predicted_seconds, predicted_transfer_bytes,
+		passes: .prediction.passes, note: .prediction.note}' "$TMP/busy.plan" | sed 's/^/# busy: plan: /'
+	check "busy: the plan does not converge, its predicted time, transfer and passes null" \
+		jq -e '.vms[0] | .prediction.verdict == "does-not-converge" and
+		.predicted_seconds == null and .predicted_transfer_bytes == null and
+		.prediction.passes == null' "$TMP/busy.plan"
+	"$KVMSTATS" follow --plan "$TMP/busy.plan" --json --interval 0.2 \
+		--timeout "$(slow 60)" >"$TMP/busy.jsonl" 2>"$TMP/busy.err" &
+	BF=$!
+	track "$BF"
+	"$KVMSTATS" follow --plan "$TMP/busy.plan" --interval 0.2 \
+		--timeout "$(slow 60)" >"$TMP/busy.txt" 2>&1 &
+	BT=$!
+	track "$BT"
+	sleep "$(slow_s 1)"
+	q busy '{"execute":"migrate-set-parameters","arguments":{"max-bandwidth":1099511627776,"downtime-limit":60000}}' >/dev/null
+	r=$(q busy '{"execute":"migrate","arguments":{"uri":"exec:cat > /dev/null"}}')
+	wait_until "$(slow 300)" sh -c "! kill -0 $BF 2>/dev/null || ! kill -0 $BT 2>/dev/null" &&
+		wait_until "$(slow 50)" sh -c "! kill -0 $BF 2>/dev/null && ! kill -0 $BT 2>/dev/null"
+	st=$(q busy '{"execute":"query-migrate"}' | jq -r '.return.status // empty' 2>/dev/null)
+	end=$(jq -c 'select(.event == "end")' "$TMP/busy.jsonl")
+	echo "# busy: follow: ${end:-no end event (QEMU: ${st:-?}; migrate: ${r//$'\n'/ })}"
+	grep 'busy' "$TMP/busy.txt" | sed 's/^/# busy: follow (text): /'
+	check "busy: follow's end is QEMU's completed figures, and no prediction, no error" \
+		jq -e '.status == "completed" and .transferred_bytes > 0 and .seconds > 0 and
+		has("predicted_seconds") and .predicted_seconds == null and
+		.predicted_transfer_bytes == null and .predicted_passes == null and
+		has("time_error") and .time_error == null and .bytes_error == null' <<<"${end:-null}"
+	check "busy: follow's text says \"predicted -\" and \"error -\" for its time and bytes" \
+		grep -Eq 'completed: took [0-9.]+ s \(predicted -, error -\), sent [0-9.]+ [MG]iB \(predicted -, error -\)' "$TMP/busy.txt"
+else
+	fail "follow: the busy VM did not boot"
+fi
+kill "$BUSY" 2>/dev/null
 
 # A VM that came in by migration moves on: QEMU answers its incoming
 # migration's "completed" while the new one runs, which follow must not
