@@ -485,6 +485,7 @@ static void bench_vs_migration(void)
 {
 	static const char append[] = "nonzero=512M zero=128M stride=4K";
 	struct kvmstats_plan_vm r;
+	uint64_t nz;
 	double scan, scan_all, pgm, mig_def, mig_fast;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct vm v = { 0 }, w = { 0 };
@@ -508,9 +509,16 @@ static void bench_vs_migration(void)
 	mig_def = migrate(&v, 128ll << 20);
 	mig_fast = migrate(&w, 1ll << 40);
 	printf("plan vs live migration, 1 GiB VM, 512 MiB of data, 128 MiB written zero:\n");
-	printf("  plan --method scan found %llu non-zero pages, predicts %.1f MiB, %.2f s "
-	       "at 128 MiB/s\n", (unsigned long long)r.est[KVMSTATS_METHOD_SCAN].nonzero_pages,
-	       (double)r.pred.bytes / 1048576.0, r.pred.seconds);
+	nz = r.est[KVMSTATS_METHOD_SCAN].nonzero_pages;
+	if (r.pred.converges)
+		printf("  plan --method scan found %llu non-zero pages, "
+		       "predicts %.1f MiB, %.2f s at 128 MiB/s\n",
+		       (unsigned long long)nz, (double)r.pred.bytes / 1048576.0,
+		       r.pred.seconds);
+	else /* (its figures are where the model gave up) */
+		printf("  plan --method scan found %llu non-zero pages, "
+		       "predicts no convergence at 128 MiB/s\n",
+		       (unsigned long long)nz);
 	printf("  %-36s %8.3f s   (baseline)\n", "migration at 128 MiB/s (default)", mig_def);
 	printf("  %-36s %8.3f s\n", "migration unthrottled", mig_fast);
 	printf("  %-36s %8.3f s   %.3f of the default migration, %.3f of the "
