@@ -95,12 +95,13 @@ check "the dashboard: ${counts%% *} panels on kvm_ metrics, ${counts##* } querie
 # exports, or one the rules record (or Prometheus' own `up`): names from
 # the exporter's code and the kernel's stats in the shipped recording.
 "$KVMSTATS" replay --json "$ROOT/dist/demo/recording.kvmlog" | head -1 >"$TMP/sample.json"
-out=$("$PY" - "$PROM/kvmstats.rules.yml" "$DASH" "$TMP/sample.json" "$ROOT/cli" <<'EOF'
+out=$("$PY" - "$PROM/kvmstats.rules.yml" "$DASH" "$TMP/sample.json" "$ROOT/cli" "$ROOT/lib" <<'EOF'
 import glob, json, re, sys, yaml
 rules = yaml.safe_load(open(sys.argv[1]))
 dash = json.load(open(sys.argv[2]))
 sample = json.load(open(sys.argv[3]))
-src = ''.join(open(f).read() for f in glob.glob(sys.argv[4] + '/*.c'))
+# (serve's families are in cli/, the plan's gauges the library's)
+src = ''.join(open(f).read() for d in sys.argv[4:6] for f in glob.glob(d + '/*.c'))
 
 recorded = {r['record'] for g in rules['groups'] for r in g['rules'] if 'record' in r}
 exprs = [r['expr'] for g in rules['groups'] for r in g['rules']]
