@@ -614,8 +614,8 @@ static bool precopy(struct run *r, uint32_t maxp,
 		out->passes++;
 		if (stalled(r, pend) || out->passes >= maxp) {
 			snprintf(out->note, sizeof(out->note), "does not converge: "
-				 "after %u syncs %.0f MiB are still dirty (%.0f "
-				 "pages dirtied in %.2f s) > %.0f MiB allowed in "
+				 "after %u syncs %.1f MiB are still dirty (%.0f "
+				 "pages dirtied in %.2f s) > %.1f MiB allowed in "
 				 "the downtime", out->passes,
 				 pend * KS_PAGE / 1048576.0, d, r->t,
 				 r->thr / 1048576.0);
