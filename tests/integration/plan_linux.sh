@@ -130,7 +130,7 @@ wait_memload() {
 }
 
 # wait_dirtying NAME PID: a new progress line of memload (it prints one
-# every 5 s), while its QEMU lives. Once in the lab a guest's memload
+# every second), while its QEMU lives. Once in the lab a guest's memload
 # printed its ready line and then none (the guest dirtied nothing: its
 # sleep never ended, as timers have been seen to stop under emulation),
 # which would have made the case a quiet one.
@@ -151,20 +151,40 @@ CAPS='[{"capability":"multifd","state":false},{"capability":"auto-converge","sta
 PARAMS="{\"max-bandwidth\":$BW,\"downtime-limit\":$DOWNTIME}"
 TABLE=""
 
-# longest_pause NAME FROM: the longest pause memload reported in its
-# progress lines after the first FROM of them.
-longest_pause() {
+# guest_stall NAME FROM SECONDS: the longest the guest wrote nothing in
+# the SECONDS after its FROM-th progress line: the longest pause memload
+# reported in the lines since, or, where it printed fewer lines than
+# one a second, at least the time they leave out (a guest that does not
+# run prints nothing).
+guest_stall() {
 	grep "^memload: dirtied" "$TMP/$1.serial" | tail -n +"$(($2 + 1))" |
-		awk '/longest pause/ && $(NF - 1) > m { m = $(NF - 1) } END { printf "%.3f", m }'
+		awk -v s="$3" '/longest pause/ && $(NF - 1) > m { m = $(NF - 1) }
+			{ n++ } END { h = s - (n + 1); printf "%.3f", (h > m ? h : m) }'
+}
+
+# critical_pause WS_MIB RATE: how long the guest must write nothing within
+# a round of pre-copy (which sends its working set but what fits the
+# downtime) for that round to leave under bandwidth x downtime-limit
+# dirty, and QEMU to complete a migration called "does-not-converge".
+critical_pause() {
+	awk -v ws="$(($1 << 8))" -v r="$2" -v bw="$((BW / 4096))" -v d="$DOWNTIME" \
+		'BEGIN { thr = bw * d / 1000; printf "%.2f", (ws - thr) / bw - thr / r }'
 }
 
 # linux_case NAME PID RATE WS: plan the running VM NAME, migrate it to a
 # fresh destination with the same settings, check the prediction.
 linux_case() {
 	local name=$1 ps=$2 rate=$3 ws=$4 dst=$1.dst pd t0 pred psec verd bound xfer ms sec real
-	local lines
+	local lines start stall crit
 	if [ "$rate" -gt 0 ] && ! wait_dirtying "$name" "$ps"; then
-		fail "$name: the guest does not dirty its memory"
+		# (a guest that dirtied before and stopped is the nested guest
+		# stalled, as seen in the lab: its case cannot run; one that never
+		# did is memload broken)
+		if grep -q "^memload: dirtied" "$TMP/$name.serial"; then
+			skip "$name" "the guest stopped dirtying before its case (a stall of the nested guest)"
+		else
+			fail "$name: the guest does not dirty its memory"
+		fi
 		return 1
 	fi
 	if ! migration_settings "$name" "$CAPS" "$PARAMS"; then
@@ -197,7 +217,9 @@ linux_case() {
 		return 1
 	fi
 	lines=$(grep -c "^memload: dirtied" "$TMP/$name.serial")
+	start=$(date +%s.%N)
 	read -r xfer ms _ < <(migrate_bounded "$name" "$dst" "$bound" 0)
+	stall=$(guest_stall "$name" "$lines" "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { print n - s }')")
 	if [ -n "$xfer" ]; then
 		sec=$(awk -v m="$ms" 'BEGIN{printf "%.3f", m / 1000}')
 		real=completed
@@ -211,14 +233,23 @@ linux_case() {
 		plan_seconds: .elapsed_seconds,
 		interval: .prediction.predicted_seconds_interval}' "$TMP/$name.json"), T0 ${t0}s"
 	[ "$rate" -gt 0 ] &&
-		echo "# $name: while it migrated, the guest's longest pause: $(longest_pause "$name" "$lines") s"
+		echo "# $name: while it migrated, the guest wrote nothing for at most $stall s at a time"
 	# (a figure the plan does not give, null, is "-")
 	TABLE="$TABLE$(printf '# %-6s %-17s %7s %12s %12s %7s %7s  %s' "$name" "$verd" \
 		"$(jq -r '.vms[0].dirty_pages_per_second // "-" |
 			if type == "number" then round else . end' "$TMP/$name.json")" \
 		"$(num_or_dash %s "$pred")" "$xfer" "$(num_or_dash %.2f "$psec")" "$sec" "$real")
 "
-	check_verdict "$name" "$verd" "$psec" "$sec" "$bound"
+	crit=$(critical_pause "$ws" "$rate")
+	# A guest that stops writing lets any migration complete: then the
+	# case did not test the verdict (the guest's stall, not the model's).
+	if [ "$verd" = does-not-converge ] && [ "$xfer" != - ] && [ "$rate" -gt 0 ] &&
+		awk -v s="$stall" -v c="$crit" 'BEGIN { exit !(s >= c) }'; then
+		skip "$name: predicted not to converge" \
+			"QEMU completed after the guest wrote nothing for $stall s (from $crit s a round fits the downtime): the verdict was not tested"
+	else
+		check_verdict "$name" "$verd" "$psec" "$sec" "$bound"
+	fi
 	case $verd in
 	converges | does-not-converge) ;;
 	*) fail "$name: verdict $verd, where rate $rate pages/s is far from the threshold" ;;
