@@ -62,6 +62,11 @@ case $VERSION in
 	suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 	[ "$suite" = bookworm ] ||
 		die "QEMU 10.0 is fetched from bookworm-backports for Debian 12 hosts; this host is '${suite:-unknown}' and its QEMU is $("${q:-false}" --version 2>/dev/null | head -1 || echo "not installed")"
+	# The backports build runs on the libraries bookworm's own QEMU
+	# brought (capstone, fdt, ...): only those backports has newer are
+	# fetched.
+	[ -n "${q:-}" ] ||
+		die "QEMU 10.0 from bookworm-backports runs on the libraries of bookworm's QEMU, which is not installed (make test-deps, or apt-get install qemu-system-x86)"
 	;;
 *) die "unknown QEMU version '$VERSION' (7.2 or 10.0)" ;;
 esac
