@@ -256,7 +256,7 @@ dst_running() {
 SUMMARY=""
 drain_case() {
 	local par=$1 order=$2 name="p$1-$2" pids="" v cur pid dst dport lport
-	local relay map=$TMP/$1-$2.map out real follow
+	local relay map=$TMP/$1-$2.map out real follow seen
 	GEN=$((GEN + 1))
 	for v in $NAMES; do
 		cur=CUR_$v pid=PID_$v
@@ -323,12 +323,14 @@ drain_case() {
 		fail "$name: the orchestration failed" "$(tail -2 "$TMP/$name.orch.err" | tr '\n' ' ')"
 		return 1
 	fi
+	# One read of .stall: the line to print, then the stall (or nothing).
 	# shellcheck disable=SC2016 # jq's variables
-	STALL=$(jq -r --argjson s "$STALL_S" '.stall | select(.gap_s > $s) |
-		"its orchestrator did not look for \(.gap_s) s from \(.at_s) s (slowest query-migrate \(.query_s) s, \(.query_vm); QEMU setup-time \(.query_setup_ms // "-") ms)"' <<<"$out")
+	{ read -r seen; read -r STALL; } < <(jq -r --arg n "$name" --argjson s "$STALL_S" '.stall |
+		"# \($n): the orchestrator looked at least every \(.gap_s) s; slowest query-migrate \(.query_s) s",
+		(select(.gap_s > $s) | "its orchestrator did not look for \(.gap_s) s from \(.at_s) s (slowest query-migrate \(.query_s) s, \(.query_vm); QEMU setup-time \(.query_setup_ms // "-") ms)")' <<<"$out")
 	grep -m 20 '^stall:' "$TMP/$name.orch.err" | sed "s/^/# $name: /"
-	printf -v "STALLED_${name//-/_}" '%s' "$STALL"
-	jq -r --arg n "$name" '.stall | "# \($n): the orchestrator looked at least every \(.gap_s) s; slowest query-migrate \(.query_s) s"' <<<"$out"
+	printf -v "STALLED_${name//-/_}" '%s' "${STALL:-}"
+	echo "$seen"
 	# The VMs that moved run on at their destination; the others stay.
 	for v in $NAMES; do
 		pid=PID_$v
