@@ -166,6 +166,8 @@ $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 		$(O)/libkvmstats.a -lcmocka $(LIB_LIBS)
 # (it includes the CLI's plan output)
 $(O)/tests/test_plan_out: cli/plan_out.c cli/plan.h cli/cli.h cli/sanitize.c
+# (it includes the CLI's top --once text and its model)
+$(O)/tests/test_top_out: cli/top_text.c cli/top_model.c cli/top.h cli/render.c cli/cli.h cli/sanitize.c
 
 # The driver of tests/integration/lifecycle.sh: the sampling loop under a
 # changing host, and a minimal VMM that hot-adds vCPUs.

@@ -125,8 +125,13 @@ int top_print_text(const struct top_opts *o, const struct top_model *m)
 	char label[160];
 	double dt = m->frames > 1 ? (double)(m->t_cur - m->t_prev) / 1e9 : NAN;
 
-	printf("%zu VM%s, rates over %.2f s%s\n\n", m->nvms,
-	       m->nvms == 1 ? "" : "s", isnan(dt) ? 0.0 : dt,
+	printf("%zu VM%s, ", m->nvms, m->nvms == 1 ? "" : "s");
+	/* One reading (a log shorter than the interval): no interval. */
+	if (isnan(dt))
+		printf("no rates (one reading)");
+	else
+		printf("rates over %.2f s", dt);
+	printf("%s\n\n",
 	       o->include_past ? ", totals since each VM started" : "");
 	print_list(m);
 	for (size_t i = 0; i < m->nvms; i++) {
