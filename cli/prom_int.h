@@ -29,6 +29,7 @@ struct series {
 	uint32_t off;
 	int32_t sum_off;	/* the histogram's sum stat, or -1 */
 	uint32_t stat;		/* index, for the missing bitmap */
+	uint32_t sum_stat;	/* the sum stat's index (sum_off >= 0) */
 };
 
 struct family {

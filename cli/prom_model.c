@@ -608,7 +608,7 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 	n = map->n;
 	for (uint32_t i = 0; i < n; i++) {
 		struct family *f;
-		const struct kvmstats_stat *st;
+		const struct kvmstats_stat *st, *sum;
 
 		size_t lines;
 
@@ -631,10 +631,12 @@ static int add_target(struct prom_model *m, void *arg, struct kvmstats_vmm *v,
 			f->cap = cap;
 		}
 		st = kvmstats_schema__stat(map->s, i);
+		sum = map->sum_off[i] >= 0 ? hist_sum(map->s, st) : NULL;
 		f->series[f->nseries++] = (struct series){
 			.target = (uint32_t)m->ntargets,
 			.off = kvmstats_stat__offset(st) / 8,
-			.sum_off = map->sum_off[i], .stat = i };
+			.sum_off = sum ? map->sum_off[i] : -1, .stat = i,
+			.sum_stat = sum ? kvmstats_stat__index(sum) : 0 };
 	}
 	m->ntargets++;
 	return 0;

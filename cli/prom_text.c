@@ -476,9 +476,12 @@ static void render_family(const struct prom_model *m, const struct family *f,
 		if (!prom_buf_reserve(out, room))
 			return;
 		w = out->p + out->len;
+		/* A sum the source did not give this time: no _sum (nor,
+		 * in OpenMetrics, _count), not its zeroed word. */
 		if (f->kind == FAM_HIST)
 			w = put_hist(w, f, t, labels, t->data + s->off, t->data,
-				     s->sum_off, fmt);
+				     s->sum_off >= 0 && missing(t, s->sum_stat) ?
+				     -1 : s->sum_off, fmt);
 		else
 			w = put_scalar(w, f, t, labels, t->data[s->off]);
 		out->len = (size_t)(w - out->p);

@@ -215,6 +215,85 @@ static void test_family_names(void **state)
 	kvmstats_ctx__free(ctx);
 }
 
+/* A histogram whose sum stat the source did not give at this reading
+ * (the missing bitmap): its buckets and count are there, its _sum is
+ * not, and never the sum's zeroed word as "0". */
+static void test_hist_sum_missing(void **state)
+{
+	static const struct kvmstats_encode_desc d[] = {
+		{ "halt_wait_ns", KVMSTATS_FLAGS(KVMSTATS_TYPE_CUMULATIVE, KVMSTATS_UNIT_SECONDS, 0), -9, 1, 0 },
+		{ "halt_wait_hist", KVMSTATS_FLAGS(KVMSTATS_TYPE_LOG_HIST, KVMSTATS_UNIT_SECONDS, 0), -9, 4, 0 },
+	};
+	static const char labels[] = "pid=\"1\",name=\"vm\",vm=\"0\",vcpu=\"0\"";
+	uint64_t values[5] = { 0 }, data[5] = { 0, 1, 2, 3, 4 }, miss[1] = { 0 };
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct prom_model *m = prom_model_new(NULL);
+	const struct kvmstats_stat *hist, *sum;
+	struct kvmstats_schema *s;
+	struct schema_map *map;
+	struct prom_buf b = { 0 };
+	struct family *f;
+	size_t len;
+	void *img = kvmstats_image__encode("kvm-1/vcpu-0", d, 2, values, &len, NULL);
+
+	(void)state;
+	assert_non_null(img);
+	assert_non_null(m);
+	s = kvmstats_schema__parse(ctx, img, len, NULL, 0);
+	assert_non_null(s);
+	hist = kvmstats_schema__stat(s, 1);
+	sum = hist_sum(s, hist);
+	assert_non_null(sum);
+	data[kvmstats_stat__offset(sum) / 8] = 0;	/* as a source leaves it */
+	map = get_map(m, s, true);
+	assert_non_null(map);
+	assert_true(map->fam[1] >= 0 && map->sum_off[1] >= 0);
+	/* One vCPU target, as add_target() makes it. */
+	m->labels = strdup(labels);
+	assert_non_null(m->labels);
+	m->labels_len = m->labels_cap = sizeof(labels);
+	m->max_labels = sizeof(labels) - 1;
+	m->targets = calloc(1, sizeof(*m->targets));
+	assert_non_null(m->targets);
+	m->targets[0] = (struct target){ .vcpu = 0, .labels_len = sizeof(labels) - 1,
+					 .data = data, .missing = miss };
+	m->ntargets = 1;
+	f = &m->fams[map->fam[1]];
+	f->series = calloc(1, sizeof(*f->series));
+	assert_non_null(f->series);
+	f->cap = f->nseries = 1;
+	f->series[0] = (struct series){
+		.off = kvmstats_stat__offset(hist) / 8, .sum_off = map->sum_off[1],
+		.stat = 1, .sum_stat = kvmstats_stat__index(sum) };
+	miss[0] = 1ull << kvmstats_stat__index(sum);
+
+	for (int fmt = PROM_TEXT; fmt <= PROM_OPENMETRICS; fmt++) {
+		b.len = 0;
+		prom_model_render_part(m, (enum prom_format)fmt, 0, 1, &b);
+		prom_buf_put(&b, "", 1);
+		assert_false(b.failed);
+		assert_non_null(strstr(b.p, "kvm_vcpu_halt_wait_hist_seconds_bucket{"));
+		assert_null(strstr(b.p, "_sum{"));
+		/* OpenMetrics: _count if and only if there is a _sum. */
+		if (fmt == PROM_TEXT)
+			assert_non_null(strstr(b.p, "kvm_vcpu_halt_wait_hist_seconds_count{"));
+		else
+			assert_null(strstr(b.p, "_count{"));
+	}
+	/* Known again: the sum is back. */
+	miss[0] = 0;
+	data[kvmstats_stat__offset(sum) / 8] = 5;
+	b.len = 0;
+	prom_model_render_part(m, PROM_TEXT, 0, 1, &b);
+	prom_buf_put(&b, "", 1);
+	assert_non_null(strstr(b.p, "kvm_vcpu_halt_wait_hist_seconds_sum{"));
+	prom_buf_free(&b);
+	prom_model_free(m);
+	kvmstats_schema__put(s);
+	free(img);
+	kvmstats_ctx__free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +303,7 @@ int main(void)
 		cmocka_unit_test(test_escape),
 		cmocka_unit_test(test_gzip_parts),
 		cmocka_unit_test(test_family_names),
+		cmocka_unit_test(test_hist_sum_missing),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
