@@ -28,6 +28,11 @@ struct top_series {
 	/* One bit per stat: not known at the last reading (the source
 	 * refused it or does not keep it); NULL until bound. */
 	uint64_t *missing;
+	/* The same at the previous reading and at the baseline: a stat
+	 * unknown at either has no rate, or no total, at the latest (its
+	 * word there is no reading). */
+	uint64_t *prev_missing, *base_missing;
+	bool base_pending; /* base_missing is the next series_missing()'s */
 	bool all_missing; /* every counter of it unknown */
 	int index; /* vCPU index; -1 for a VM */
 	bool fresh; /* fed in the frame being built */

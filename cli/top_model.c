@@ -34,9 +34,12 @@ static void series_free(struct top_series *s)
 	free(s->prev);
 	free(s->base);
 	free(s->missing);
+	free(s->prev_missing);
+	free(s->base_missing);
 	s->schema = NULL;
 	s->cur = s->prev = s->base = NULL;
-	s->missing = NULL;
+	s->missing = s->prev_missing = s->base_missing = NULL;
+	s->base_pending = false;
 	s->all_missing = false;
 	s->n = 0;
 }
@@ -165,12 +168,25 @@ void series_missing(struct top_series *s, const uint64_t *missing)
 		memcpy(s->missing, missing, map_words(s->schema) * 8);
 	else
 		memset(s->missing, 0, map_words(s->schema) * 8);
+	if (s->base_pending)
+		memcpy(s->base_missing, s->missing, map_words(s->schema) * 8);
+	s->base_pending = false;
 	s->all_missing = missing && all_counters_missing(s);
 }
 
 bool series_known(const struct top_series *s, const struct kvmstats_stat *st)
 {
 	return s->schema && !bit(s->missing, kvmstats_stat__index(st));
+}
+
+/* Known at the latest reading and at the previous one (@base: at the
+ * baseline): a delta of two readings. */
+static bool known_since(const struct top_series *s,
+			const struct kvmstats_stat *st, bool base)
+{
+	return series_known(s, st) &&
+	       !bit(base ? s->base_missing : s->prev_missing,
+		    kvmstats_stat__index(st));
 }
 
 /* Give @s buffers for @schema (a target behind the same key may come
@@ -186,7 +202,10 @@ static int series_bind(struct top_series *s, struct kvmstats_schema *schema)
 	s->prev = calloc(1, sz ? sz : 8);
 	s->base = calloc(1, sz ? sz : 8);
 	s->missing = calloc(map_words(schema), 8);
-	if (!s->cur || !s->prev || !s->base || !s->missing) {
+	s->prev_missing = calloc(map_words(schema), 8);
+	s->base_missing = calloc(map_words(schema), 8);
+	if (!s->cur || !s->prev || !s->base || !s->missing ||
+	    !s->prev_missing || !s->base_missing) {
 		series_free(s);
 		return -ENOMEM;
 	}
@@ -210,14 +229,18 @@ int series_feed(struct top_model *m, struct top_series *s,
 	if (!s->n) {
 		memcpy(s->cur, data, sz);
 		memcpy(s->prev, data, sz);
+		memset(s->base_missing, 0, map_words(schema) * 8);
 		if (m->include_past)
 			memset(s->base, 0, sz);
 		else
 			memcpy(s->base, data, sz);
+		s->base_pending = !m->include_past;
 		s->t_cur = s->t_prev = s->t_base = time_ns;
 		s->n = 1;
 		return 0;
 	}
+	/* (series_missing() gives this reading's next) */
+	memcpy(s->prev_missing, s->missing, map_words(schema) * 8);
 	t = s->prev;
 	s->prev = s->cur;
 	s->cur = t;
@@ -334,13 +357,29 @@ static void vm_sum(struct top_vm *vm)
 	}
 	if (!reuse)
 		fold_base(vm, words);
-	/* A stat unknown for one vCPU is unknown in the sum. */
+	/* A stat unknown for one vCPU is unknown in the sum; so at the
+	 * previous sum (last frame's, or each vCPU's reading it took) and
+	 * at the baseline. */
+	if (reuse)
+		memcpy(s->prev_missing, s->missing, map_words(s->schema) * 8);
+	else
+		memset(s->prev_missing, 0, map_words(s->schema) * 8);
 	memset(s->missing, 0, map_words(s->schema) * 8);
+	memset(s->base_missing, 0, map_words(s->schema) * 8);
 	for (size_t i = 0; i < vm->nvcpus; i++) {
-		if (vm->vcpus[i].schema != s->schema)
+		const struct top_series *c = &vm->vcpus[i];
+
+		if (c->schema != s->schema)
 			continue;
-		for (size_t w = 0; w < map_words(s->schema); w++)
-			s->missing[w] |= vm->vcpus[i].missing[w];
+		for (size_t w = 0; w < map_words(s->schema); w++) {
+			s->missing[w] |= c->missing[w];
+			s->base_missing[w] |= c->base_missing[w];
+			if (!reuse)
+				s->prev_missing[w] |=
+					c->fresh && c->n >= 2
+						? c->prev_missing[w]
+						: c->missing[w];
+		}
 	}
 	s->all_missing = all_counters_missing(s);
 	vm->nsum = members;
@@ -383,6 +422,7 @@ static void series_reset(struct top_series *s)
 	if (!s->schema)
 		return;
 	memcpy(s->base, s->cur, kvmstats_schema__data_size(s->schema));
+	memcpy(s->base_missing, s->missing, map_words(s->schema) * 8);
 	s->t_base = s->t_cur;
 }
 
@@ -399,6 +439,8 @@ void model_reset(struct top_model *m)
 			fold_base(vm,
 				  kvmstats_schema__data_size(vm->sum.schema) /
 					  8);
+			memcpy(vm->sum.base_missing, vm->sum.missing,
+			       map_words(vm->sum.schema) * 8);
 			vm->sum.t_base = vm->sum.t_cur;
 		}
 	}
@@ -415,7 +457,7 @@ double series_interval_s(const struct top_series *s)
 
 double series_rate(const struct top_series *s, const struct kvmstats_stat *st)
 {
-	if (!series_known(s, st) || s->n < 2 || s->t_cur <= s->t_prev)
+	if (!known_since(s, st, false) || s->n < 2 || s->t_cur <= s->t_prev)
 		return NAN;
 	return kvmstats_stat__rate(st, s->prev, s->cur, s->t_cur - s->t_prev);
 }
@@ -425,6 +467,11 @@ double series_total(const struct top_series *s, const struct kvmstats_stat *st)
 	const uint64_t *c, *b;
 
 	if (!series_known(s, st))
+		return NAN;
+	/* A level is the latest reading's; an increase needs the baseline's. */
+	if ((stat_is_hist(st) ||
+	     kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE) &&
+	    !known_since(s, st, true))
 		return NAN;
 	c = kvmstats_stat__values(st, s->cur);
 	b = kvmstats_stat__values(st, s->base);
@@ -443,7 +490,7 @@ double series_total(const struct top_series *s, const struct kvmstats_stat *st)
 bool series_hist(const struct top_series *s, const struct kvmstats_stat *st,
 		 uint64_t *out)
 {
-	if (!series_known(s, st) || s->n < 2)
+	if (!known_since(s, st, false) || s->n < 2)
 		return false;
 	kvmstats_hist__delta(st, s->prev, s->cur, out);
 	return true;
