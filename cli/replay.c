@@ -41,6 +41,7 @@ struct bound {
 struct prev {
 	const struct kvmstats_log_target *t;
 	uint64_t *data;
+	uint64_t *missing;	/* the stats not known in data (their 0) */
 	uint64_t time_ns;
 	bool valid;
 };
@@ -142,6 +143,13 @@ static bool target_chosen(const struct replay *r, const struct kvmstats_log_targ
 
 /* ---- rates ---------------------------------------------------------- */
 
+static size_t missing_words(const struct kvmstats_schema *s)
+{
+	size_t n = (kvmstats_schema__num_stats(s) + 63) / 64;
+
+	return n ? n : 1;
+}
+
 static size_t prev_slot(const struct replay *r, const struct kvmstats_log_target *t)
 {
 	size_t i = ((uintptr_t)t >> 4) * 0x9e3779b97f4a7c15ull & (r->cprev - 1);
@@ -181,8 +189,13 @@ static struct prev *prev_of(struct replay *r, const struct kvmstats_log_target *
 	p = &r->prevs[i];
 	if (!p->t) {
 		p->data = malloc(kvmstats_schema__data_size(t->schema) + 8);
-		if (!p->data)
+		p->missing = calloc(missing_words(t->schema), 8);
+		if (!p->data || !p->missing) {
+			free(p->data);
+			free(p->missing);
+			p->data = p->missing = NULL;
 			return NULL;
+		}
 		p->t = t;
 		r->nprev++;
 	}
@@ -214,6 +227,10 @@ static void remember(struct replay *r)
 		if (!p)
 			continue;
 		memcpy(p->data, e->data, kvmstats_schema__data_size(e->schema));
+		if (e->missing)
+			memcpy(p->missing, e->missing, missing_words(e->schema) * 8);
+		else
+			memset(p->missing, 0, missing_words(e->schema) * 8);
 		p->time_ns = now;
 		p->valid = true;
 	}
@@ -230,6 +247,15 @@ static bool is_missing(const struct kvmstats_log_entry *e, const struct kvmstats
 	uint32_t i = kvmstats_stat__index(st);
 
 	return e->missing && (e->missing[i / 64] >> (i % 64)) & 1;
+}
+
+/* Not known at the previous sample: its 0 there is no reading, and a
+ * rate over it would be the whole counter's. */
+static bool prev_missing(const struct prev *p, const struct kvmstats_stat *st)
+{
+	uint32_t i = kvmstats_stat__index(st);
+
+	return (p->missing[i / 64] >> (i % 64)) & 1;
 }
 
 /* ---- JSON ----------------------------------------------------------- */
@@ -251,8 +277,8 @@ static struct json_object *rates_json(struct replay *r, const struct kvmstats_lo
 		v = kvmstats_stat__rate(st, p->data, e->data,
 					kvmstats_log_reader__time_ns(r->log) - p->time_ns);
 		json_object_object_add(o, kvmstats_stat__name(st),
-				       isnan(v) || is_missing(e, st) ? NULL
-								     : cli_json_double(v));
+				       isnan(v) || is_missing(e, st) || prev_missing(p, st) ?
+				       NULL : cli_json_double(v));
 	}
 	return o;
 }
@@ -362,7 +388,8 @@ static void csv_entry(struct replay *r, struct csv *c,
 		bool miss = is_missing(e, st);
 		double rate = NAN;
 
-		if (p && kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE)
+		if (p && kvmstats_stat__type(st) == KVMSTATS_TYPE_CUMULATIVE &&
+		    !prev_missing(p, st))
 			rate = kvmstats_stat__rate(st, p->data, e->data,
 						   kvmstats_log_reader__time_ns(r->log) -
 							   p->time_ns);
@@ -449,7 +476,7 @@ static void sum_entry(struct replay *r, const struct kvmstats_log_entry *e)
 			continue;
 		raw = kvmstats_stat__values(st, e->data)[0];
 		if (r->rates && type == KVMSTATS_TYPE_CUMULATIVE) {
-			if (!p)
+			if (!p || prev_missing(p, st))
 				continue;
 			v = kvmstats_stat__rate(st, p->data, e->data,
 						kvmstats_log_reader__time_ns(r->log) -
@@ -583,8 +610,10 @@ static int play(struct replay *r)
 
 static void prev_reset(struct replay *r)
 {
-	for (size_t i = 0; i < r->cprev; i++)
+	for (size_t i = 0; i < r->cprev; i++) {
 		free(r->prevs[i].data);
+		free(r->prevs[i].missing);
+	}
 	free(r->prevs);
 	r->prevs = NULL;
 	r->cprev = r->nprev = 0;

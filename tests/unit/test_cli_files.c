@@ -189,6 +189,72 @@ static void test_replay_exact_u64(void **state)
 	assert_non_null(strstr(out, ",max_hash,0," BIG_S "\r\n"));
 }
 
+/* One target, samples 2 s apart: exits known, then unknown (the source
+ * refused it: its word 0, its bit in the missing bitmap), then known
+ * again, twice. */
+static void write_gap_log(const char *path)
+{
+	static const uint64_t exits[4] = { 1000000, 0, 1000100, 1000300 };
+	KVMSTATS_OPTS(kvmstats_log_writer_opts, o, .flags = KVMSTATS_LOG_TRUNCATE);
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct kvmstats_log_writer *w = kvmstats_log_writer__open(ctx, path, &o);
+	struct kvmstats_reader *rd;
+	uint64_t v[3] = { 0 }, miss[1] = { 1 };	/* exits is stat 0 */
+	unsigned char *img;
+	size_t len;
+
+	img = kvmstats_image__encode("kvm-7/vcpu-0", descs, 3, v, &len, NULL);
+	rd = kvmstats_reader__open_mem(ctx, img, len, NULL);
+	assert_non_null(w);
+	assert_non_null(rd);
+	for (int k = 0; k < 4; k++) {
+		struct kvmstats_log_target t = {
+			.pid = 7, .uid = 1, .vcpu = 0, .name = "gap",
+			.id = "kvm-7/vcpu-0", .source = "qmp",
+		};
+		uint64_t d[3] = { exits[k], 5, 5 };
+
+		assert_int_equal(kvmstats_log_writer__begin(w, 2000000000ull * (k + 1),
+							    1700000000000000000ull +
+								    2000000000ull * k),
+				 0);
+		assert_int_equal(kvmstats_log_writer__add(w, &t, kvmstats_reader__schema(rd),
+							  d, k == 1 ? miss : NULL, 0),
+				 0);
+		assert_int_equal(kvmstats_log_writer__commit(w), 0);
+	}
+	kvmstats_log_writer__close(w);
+	kvmstats_reader__close(rd);
+	free(img);
+	kvmstats_ctx__free(ctx);
+}
+
+/* replay --rates: no rate over a sample that did not know the counter
+ * (its 0 there: 1000100 exits over 2 s would be 500050/s), in every
+ * format; a rate again once two samples know it (200 over 2 s). */
+static void test_replay_rates_unknown_before(void **state)
+{
+	static const char *const fmts[] = { "", "--json ", "--csv " };
+	char log[PATH_MAX + 32], cmd[3 * PATH_MAX], out[16384];
+
+	(void)state;
+	if (skip_without_cli())
+		skip();
+	snprintf(log, sizeof(log), "%s/gap.log", dir);
+	write_gap_log(log);
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(cmd, sizeof(cmd), "%s replay --rates %s%s", cli, fmts[i], log);
+		assert_int_equal(run(cmd, out, sizeof(out), NULL), 0);
+		print_message("%s", out);
+		assert_null(strstr(out, "500050"));
+		assert_non_null(strstr(out, "100"));
+	}
+	snprintf(cmd, sizeof(cmd), "%s replay --rates --json %s", cli, log);
+	assert_int_equal(run(cmd, out, sizeof(out), NULL), 0);
+	assert_non_null(strstr(out, "\"rates\":{\"exits\":null}"));
+	assert_non_null(strstr(out, "\"rates\":{\"exits\":100.0}"));
+}
+
 /* A FIFO nobody writes to: an error that says so, within seconds. The
  * outer timeout only keeps a failing CLI from hanging the test. */
 static void test_dump_fifo_no_writer(void **state)
@@ -258,6 +324,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay_exact_u64),
+		cmocka_unit_test(test_replay_rates_unknown_before),
 		cmocka_unit_test(test_dump_fifo_no_writer),
 		cmocka_unit_test(test_dump_fifo_late_writer),
 		cmocka_unit_test(test_dump_stdin_pipe),
