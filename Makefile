@@ -168,6 +168,12 @@ $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 $(O)/tests/test_plan_out: cli/plan_out.c cli/plan.h cli/cli.h cli/sanitize.c
 # (it includes the CLI's top --once text and its model)
 $(O)/tests/test_top_out: cli/top_text.c cli/top_model.c cli/top.h cli/render.c cli/cli.h cli/sanitize.c
+# (it includes top's screen views, which need curses)
+$(O)/tests/test_top_screen: tests/unit/test_top_screen.c cli/top_views.c cli/top_model.c \
+		cli/top_ui.h cli/top.h cli/render.c cli/cli.h cli/sanitize.c \
+		$(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
+	$(CC) $(KS_CFLAGS) $(KS_LDFLAGS) -Itests/unit $< -o $@ \
+		$(O)/libkvmstats.a -lcmocka $(CLI_LIBS)
 
 # The driver of tests/integration/lifecycle.sh: the sampling loop under a
 # changing host, and a minimal VMM that hot-adds vCPUs.

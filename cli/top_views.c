@@ -354,16 +354,21 @@ static void since_text(const struct top_ui *ui, const struct top_series *s,
 
 static void vm_title(struct top_ui *ui, int y, const struct top_vm *vm)
 {
-	char label[160], since[64], id[80] = "";
+	char label[160], since[64], id[80] = "", rates[32];
 	const struct top_series *s = vm->sum.schema ? &vm->sum : &vm->stats;
 	double dt = series_interval_s(s);
 
 	since_text(ui, s, since, sizeof(since));
 	if (COLS >= 100)
 		snprintf(id, sizeof(id), "  %s", vm->id);
-	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  rates/%.2g s  %s%s%s",
+	/* Before its second reading a VM has no interval. */
+	if (isnan(dt))
+		snprintf(rates, sizeof(rates), "no rates yet");
+	else
+		snprintf(rates, sizeof(rates), "rates/%.2g s", dt);
+	ui_put(y, 0, A_BOLD, "%s  pid %d%s  %s  %zu vCPU%s  %s  %s%s%s",
 	    vm_label(vm, label, sizeof(label)), (int)vm->pid, id, vm->source,
-	    vm->nvcpus, vm->nvcpus == 1 ? "" : "s", isnan(dt) ? 0.0 : dt,
+	    vm->nvcpus, vm->nvcpus == 1 ? "" : "s", rates,
 	    since, vm_unknown(vm) ? "  no counter readable: " : "",
 	    vm_unknown(vm) ? vm_unknown(vm) : "");
 }
