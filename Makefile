@@ -168,6 +168,8 @@ $(O)/tests/%: tests/unit/%.c $(O)/libkvmstats.a tests/unit/unit.h | $(O)/tests
 $(O)/tests/test_plan_out: cli/plan_out.c cli/plan.h cli/cli.h cli/sanitize.c
 # (it includes the CLI's top --once text and its model)
 $(O)/tests/test_top_out: cli/top_text.c cli/top_model.c cli/top.h cli/render.c cli/cli.h cli/sanitize.c
+# (it includes record --log's text)
+$(O)/tests/test_record_text: cli/record_text.c cli/record_text.h cli/render.c cli/cli.h cli/sanitize.c
 # (it includes top's screen views, which need curses)
 $(O)/tests/test_top_screen: tests/unit/test_top_screen.c cli/top_views.c cli/top_model.c \
 		cli/top_ui.h cli/top.h cli/render.c cli/cli.h cli/sanitize.c \

@@ -28,6 +28,18 @@ struct text_col {
 	bool any;		/* some target had it this line */
 };
 
+/* A reader's reading as the last line saw it (a copy: QMP's and
+ * libvirt's readers are read again between two lines, see
+ * target_settle()), and what it did not know: the stats whose word there
+ * is no reading. */
+struct text_seen {
+	const struct kvmstats_reader *r;
+	uint64_t uid;		/* its VMM's (a freed reader's address is reused) */
+	uint64_t time_ns;
+	uint64_t *data;		/* the reading's data block, then missing */
+	uint64_t *missing;	/* NULL: it knew every stat */
+};
+
 /* Which stat of a schema each column is (NULL: the schema lacks it). */
 struct text_colmap {
 	const struct kvmstats_schema *s;
@@ -93,16 +105,100 @@ static const struct kvmstats_stat **colmap(struct text_log *t,
 	return st;
 }
 
-/* Add one reader's contribution: rates of cumulative stats (or totals
- * with --include-past), levels of instant ones, maxima of peaks. */
-static void add_reader(struct text_log *t, struct kvmstats_reader *rd, bool totals)
+static bool bit_set(const uint64_t *map, uint32_t i)
+{
+	return map && (map[i / 64] >> (i % 64)) & 1;
+}
+
+/* What the last line saw of @rd of VMM @uid: found at its place in the
+ * visiting order, else searched for. */
+static const struct text_seen *seen_of(const struct text_log *t,
+				       const struct kvmstats_reader *rd, uint64_t uid)
+{
+	size_t at = t->nseen_next;
+
+	if (at < t->nseen && t->seen[at].r == rd && t->seen[at].uid == uid)
+		return &t->seen[at];
+	for (size_t i = 0; i < t->nseen; i++)
+		if (t->seen[i].r == rd && t->seen[i].uid == uid)
+			return &t->seen[i];
+	return NULL;
+}
+
+/* Keep a copy of @rd's reading @data (taken at @time_ns) and what it did
+ * not know for the next line; false when out of memory (the next line
+ * then has no rate of it). */
+static bool seen_add(struct text_log *t, const struct kvmstats_reader *rd,
+		     uint64_t uid, const uint64_t *data, uint64_t time_ns,
+		     const uint64_t *miss)
+{
+	const struct kvmstats_schema *s = kvmstats_reader__schema(rd);
+	size_t words = (kvmstats_schema__num_stats(s) + 63) / 64;
+	size_t size = kvmstats_schema__data_size(s);
+	struct text_seen *e;
+
+	if (t->nseen_next == t->seen_cap) {
+		size_t cap = t->seen_cap ? 2 * t->seen_cap : 64;
+		void *p = realloc(t->seen_next, cap * sizeof(*t->seen_next));
+
+		if (!p)
+			return false;
+		t->seen_next = p;
+		t->seen_cap = cap;
+		p = realloc(t->seen, cap * sizeof(*t->seen));
+		if (!p)
+			return false;
+		t->seen = p;
+	}
+	e = &t->seen_next[t->nseen_next];
+	*e = (struct text_seen){ rd, uid, time_ns, malloc(size + words * 8 + 8), NULL };
+	if (!e->data)
+		return false;
+	memcpy(e->data, data, size);
+	if (miss) {
+		e->missing = e->data + size / 8;
+		memcpy(e->missing, miss, words * 8);
+	}
+	t->nseen_next++;
+	return true;
+}
+
+/* The line's readings become the last line's. */
+static void seen_swap(struct text_log *t)
+{
+	struct text_seen *p = t->seen;
+
+	for (size_t i = 0; i < t->nseen; i++)
+		free(t->seen[i].data);
+	t->seen = t->seen_next;
+	t->nseen = t->nseen_next;
+	t->seen_next = p;
+	t->nseen_next = 0;
+}
+
+/* Add one reader's contribution (of VMM @uid): rates of cumulative
+ * stats (or totals with --include-past), levels of instant ones, maxima
+ * of peaks. */
+static void add_reader(struct text_log *t, struct kvmstats_reader *rd, uint64_t uid,
+		       bool totals)
 {
 	const struct kvmstats_sample *cur = kvmstats_reader__cur(rd);
-	const struct kvmstats_sample *prev = kvmstats_reader__prev(rd);
 	const uint64_t *miss = kvmstats_reader__missing(rd);
+	const struct text_seen *seen = seen_of(t, rd, uid);
+	/* The reading the last line saw, for rates: its own allocation,
+	 * which seen_add() moving the array leaves where it is. */
+	const uint64_t *was = seen ? seen->data : NULL;
+	const uint64_t *was_miss = seen ? seen->missing : NULL;
+	uint64_t was_ns = seen ? seen->time_ns : 0;
 	const struct kvmstats_stat **st;
 
+	/* A failed read keeps the last good reading, and the next line's
+	 * rate spans both intervals: keep what the last line saw. */
+	if (was && kvmstats_reader__error(rd))
+		seen_add(t, rd, uid, was, was_ns, was_miss);
 	if (!cur || kvmstats_reader__error(rd))
+		return;
+	if (!seen_add(t, rd, uid, cur->data, cur->time_ns, miss))
 		return;
 	st = colmap(t, kvmstats_reader__schema(rd));
 	if (!st)
@@ -118,10 +214,13 @@ static void add_reader(struct text_log *t, struct kvmstats_reader *rd, bool tota
 			continue;
 		v = (double)kvmstats_stat__values(st[c], cur->data)[0];
 		if (kvmstats_stat__type(st[c]) == KVMSTATS_TYPE_CUMULATIVE && !totals) {
-			if (!prev || cur->time_ns <= prev->time_ns)
+			/* Against the last line's reading; not where that
+			 * did not know it (its 0 there is none). */
+			if (!was || cur->time_ns <= was_ns ||
+			    bit_set(was_miss, kvmstats_stat__index(st[c])))
 				continue;
-			v = kvmstats_stat__rate(st[c], prev->data, cur->data,
-						cur->time_ns - prev->time_ns);
+			v = kvmstats_stat__rate(st[c], was, cur->data,
+						cur->time_ns - was_ns);
 			if (isnan(v))
 				continue;
 		}
@@ -140,6 +239,10 @@ static void sum_columns(struct text_log *t, struct kvmstats_vmm *const *sel,
 		t->cols[c].value = 0;
 		t->cols[c].any = false;
 	}
+	/* (a second pass over the same readings sees what the first kept) */
+	for (size_t i = 0; i < t->nseen_next; i++)
+		free(t->seen_next[i].data);
+	t->nseen_next = 0;
 	for (size_t i = 0; i < nsel; i++) {
 		struct kvmstats_vmm *v = sel[i];
 
@@ -148,9 +251,11 @@ static void sum_columns(struct text_log *t, struct kvmstats_vmm *const *sel,
 			int index;
 
 			if (kvmstats_vm__reader(vm))
-				add_reader(t, kvmstats_vm__reader(vm), totals);
+				add_reader(t, kvmstats_vm__reader(vm), kvmstats_vmm__uid(v),
+					   totals);
 			for (size_t k = 0; k < kvmstats_vm__num_vcpus(vm); k++)
-				add_reader(t, kvmstats_vm__vcpu(vm, k, &index), totals);
+				add_reader(t, kvmstats_vm__vcpu(vm, k, &index),
+					   kvmstats_vmm__uid(v), totals);
 		}
 	}
 }
@@ -290,10 +395,11 @@ void text_log_line(struct text_log *t, struct kvmstats_vmm *const *sel,
 		if (choose_columns(t, sel, nsel) || !t->cols_ready)
 			return;
 	}
+	sum_columns(t, sel, nsel, t->past);
+	seen_swap(t);
 	/* Rates need two readings; totals are there from the first. */
 	if (!t->past && sample == 0)
 		return;
-	sum_columns(t, sel, nsel, t->past);
 	for (size_t c = 0; c < t->ncols; c++)
 		nonzero |= t->cols[c].any && t->cols[c].value != 0;
 	if (t->skip_zero && !nonzero)
@@ -339,6 +445,10 @@ void text_log_free(struct text_log *t)
 		free(t->maps[i].st);
 	free(t->cols);
 	free(t->maps);
+	seen_swap(t);
+	seen_swap(t);
+	free(t->seen);
+	free(t->seen_next);
 	if (t->fields_set)
 		regfree(&t->fields);
 	if (t->out && t->out != stdout)

@@ -35,6 +35,10 @@ struct text_log {
 	struct text_colmap *maps;
 	size_t nmaps;
 	unsigned long lines;
+	/* Each reader's reading at the last line and the stats it did not
+	 * know (a rate needs both ends known), in visiting order. */
+	struct text_seen *seen, *seen_next;
+	size_t nseen, nseen_next, seen_cap;
 };
 
 /* --fields @re: 0, or -1 when it is not a regular expression (said). */
