@@ -86,6 +86,7 @@ struct prom_model_stats {
 	size_t src_vms[8];
 	size_t src_errors[8];		/* readers that failed at the last sweep */
 	uint64_t src_age_ns[8];		/* oldest background data served */
+	size_t src_read[8];		/* readings served (none: no age) */
 };
 void prom_model_stats(const struct prom_model *m, struct prom_model_stats *st);
 /* Index of a source name in prom_model_stats' arrays. */

@@ -111,6 +111,7 @@ struct prom_model {
 	size_t src_vms[PROM_NSRC];
 	size_t src_errors[PROM_NSRC];
 	uint64_t src_age_ns[PROM_NSRC];
+	size_t src_read[PROM_NSRC];
 };
 
 

@@ -680,6 +680,7 @@ void prom_model_prepare(struct prom_model *m)
 	memset(m->src_vms, 0, sizeof(m->src_vms));
 	memset(m->src_errors, 0, sizeof(m->src_errors));
 	memset(m->src_age_ns, 0, sizeof(m->src_age_ns));
+	memset(m->src_read, 0, sizeof(m->src_read));
 	for (size_t i = 0; i < m->ntargets; i++) {
 		struct target *t = &m->targets[i];
 		const struct kvmstats_sample *cur = kvmstats_reader__cur(t->r);
@@ -696,6 +697,7 @@ void prom_model_prepare(struct prom_model *m)
 		t->missing = kvmstats_reader__missing(t->r);
 		if (kvmstats_reader__no_counter(t->r))
 			m->src_errors[t->src]++;
+		m->src_read[t->src]++;
 		age = kvmstats_reader__age_ns(t->r);
 		if (age > m->src_age_ns[t->src])
 			m->src_age_ns[t->src] = age;
@@ -730,5 +732,6 @@ void prom_model_stats(const struct prom_model *m, struct prom_model_stats *st)
 	memcpy(st->src_vms, m->src_vms, sizeof(m->src_vms));
 	memcpy(st->src_errors, m->src_errors, sizeof(m->src_errors));
 	memcpy(st->src_age_ns, m->src_age_ns, sizeof(m->src_age_ns));
+	memcpy(st->src_read, m->src_read, sizeof(m->src_read));
 }
 

@@ -43,8 +43,12 @@ static void source_metrics(struct server *s, struct prom_buf *b,
 	}
 	prom_family(b, f, "kvmstats_source_data_age_seconds", "gauge", "seconds",
 		    "Age of the oldest reading a background source (QMP, libvirt) "
-		    "served to this scrape; 0 for sources read on the spot");
+		    "served to this scrape; 0 for sources read on the spot; "
+		    "absent for a source that served none");
 	for (unsigned int i = 0; names[i]; i++) {
+		/* No reading served, no age: not 0, which reads as fresh. */
+		if (!st->src_read[prom_source_index(names[i])])
+			continue;
 		snprintf(lab, sizeof(lab), "source=\"%s\"", names[i]);
 		prom_sample(b, "kvmstats_source_data_age_seconds", lab,
 			    st->src_age_ns[prom_source_index(names[i])] / 1e9);

@@ -294,6 +294,74 @@ static void test_hist_sum_missing(void **state)
 	kvmstats_ctx__free(ctx);
 }
 
+static int qmp_ok(void *priv, struct kvmstats_sample *smp, uint64_t *missing)
+{
+	(void)missing;
+	memset(smp->data, 0, smp->size);
+	return *(int *)priv;
+}
+
+static uint64_t qmp_age(void *priv)
+{
+	(void)priv;
+	return 250000000;	/* a poll 0.25 s old */
+}
+
+static const struct kvmstats_reader_ops qmp_ops = {
+	.source = "qmp", .read = qmp_ok, .age_ns = qmp_age };
+
+/* A background source's data age is that of the readings it served:
+ * where its every reading failed it served none, and has no age (the
+ * exporter leaves the sample out), not 0, which reads as fresh. */
+static void test_source_age_unknown(void **state)
+{
+	static const struct kvmstats_encode_desc d[] = {
+		{ "exits", KVMSTATS_FLAGS(KVMSTATS_TYPE_CUMULATIVE, KVMSTATS_UNIT_NONE, 0), 0, 1, 0 },
+	};
+	unsigned int qmp = prom_source_index("qmp");
+	uint64_t values[1] = { 0 };
+	struct kvmstats_ctx *ctx = kvmstats_ctx__new(NULL);
+	struct prom_model *m = prom_model_new(NULL);
+	struct prom_model_stats st;
+	struct kvmstats_schema *s;
+	struct kvmstats_reader *r;
+	size_t len;
+	void *img = kvmstats_image__encode("kvm-1", d, 1, values, &len, NULL);
+	int err = 0;
+
+	(void)state;
+	assert_non_null(img);
+	assert_non_null(m);
+	s = kvmstats_schema__parse(ctx, img, len, NULL, 0);
+	assert_non_null(s);
+	r = kvmstats_reader__open_ops(s, &qmp_ops, &err);
+	assert_non_null(r);
+	assert_int_equal(kvmstats_reader__sweep(r, 1), 0);
+	m->targets = calloc(1, sizeof(*m->targets));
+	assert_non_null(m->targets);
+	m->targets[0] = (struct target){ .r = r, .vcpu = PROM_VM, .src = qmp };
+	m->ntargets = 1;
+
+	prom_model_prepare(m);
+	prom_model_stats(m, &st);
+	assert_int_equal(st.src_read[qmp], 1);
+	assert_int_equal(st.src_age_ns[qmp], 250000000);
+
+	/* The monitor stops answering: the read fails. */
+	err = -EBUSY;
+	assert_int_equal(kvmstats_reader__sweep(r, 2), -EBUSY);
+	prom_model_prepare(m);
+	prom_model_stats(m, &st);
+	assert_int_equal(st.src_errors[qmp], 1);
+	assert_int_equal(st.src_read[qmp], 0);
+
+	prom_model_free(m);
+	kvmstats_reader__close(r);
+	kvmstats_schema__put(s);
+	free(img);
+	kvmstats_ctx__free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -304,6 +372,7 @@ int main(void)
 		cmocka_unit_test(test_gzip_parts),
 		cmocka_unit_test(test_family_names),
 		cmocka_unit_test(test_hist_sum_missing),
+		cmocka_unit_test(test_source_age_unknown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
