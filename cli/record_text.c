@@ -37,6 +37,7 @@ struct text_seen {
 	uint64_t uid;		/* its VMM's (a freed reader's address is reused) */
 	uint64_t time_ns;
 	uint64_t *data;		/* the reading's data block, then missing */
+	size_t cap;		/* bytes at data: kept from line to line */
 	uint64_t *missing;	/* NULL: it knew every stat */
 };
 
@@ -125,9 +126,31 @@ static const struct text_seen *seen_of(const struct text_log *t,
 	return NULL;
 }
 
+/* Twice the room for readings in both lines' arrays (swapped line by
+ * line, so of one size), the new entries without a buffer. */
+static int seen_grow(struct text_log *t)
+{
+	size_t cap = t->seen_cap ? 2 * t->seen_cap : 64;
+	struct text_seen *p;
+
+	p = realloc(t->seen_next, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	memset(p + t->seen_cap, 0, (cap - t->seen_cap) * sizeof(*p));
+	t->seen_next = p;
+	p = realloc(t->seen, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	memset(p + t->seen_cap, 0, (cap - t->seen_cap) * sizeof(*p));
+	t->seen = p;
+	t->seen_cap = cap;
+	return 0;
+}
+
 /* Keep a copy of @rd's reading @data (taken at @time_ns) and what it did
- * not know for the next line; false when out of memory (the next line
- * then has no rate of it). */
+ * not know for the next line, in a buffer an earlier line left there
+ * where it is large enough (no allocation once the VMs are known); false
+ * when out of memory (the next line then has no rate of it). */
 static bool seen_add(struct text_log *t, const struct kvmstats_reader *rd,
 		     uint64_t uid, const uint64_t *data, uint64_t time_ns,
 		     const uint64_t *miss)
@@ -135,25 +158,24 @@ static bool seen_add(struct text_log *t, const struct kvmstats_reader *rd,
 	const struct kvmstats_schema *s = kvmstats_reader__schema(rd);
 	size_t words = (kvmstats_schema__num_stats(s) + 63) / 64;
 	size_t size = kvmstats_schema__data_size(s);
+	size_t need = size + words * 8 + 8;
 	struct text_seen *e;
 
-	if (t->nseen_next == t->seen_cap) {
-		size_t cap = t->seen_cap ? 2 * t->seen_cap : 64;
-		void *p = realloc(t->seen_next, cap * sizeof(*t->seen_next));
+	if (t->nseen_next == t->seen_cap && seen_grow(t))
+		return false;
+	e = &t->seen_next[t->nseen_next];
+	if (e->cap < need) {
+		void *p = realloc(e->data, need);
 
 		if (!p)
 			return false;
-		t->seen_next = p;
-		t->seen_cap = cap;
-		p = realloc(t->seen, cap * sizeof(*t->seen));
-		if (!p)
-			return false;
-		t->seen = p;
+		e->data = p;
+		e->cap = need;
 	}
-	e = &t->seen_next[t->nseen_next];
-	*e = (struct text_seen){ rd, uid, time_ns, malloc(size + words * 8 + 8), NULL };
-	if (!e->data)
-		return false;
+	e->r = rd;
+	e->uid = uid;
+	e->time_ns = time_ns;
+	e->missing = NULL;
 	memcpy(e->data, data, size);
 	if (miss) {
 		e->missing = e->data + size / 8;
@@ -163,13 +185,12 @@ static bool seen_add(struct text_log *t, const struct kvmstats_reader *rd,
 	return true;
 }
 
-/* The line's readings become the last line's. */
+/* The line's readings become the last line's; the last line's buffers
+ * are the next line's to fill. */
 static void seen_swap(struct text_log *t)
 {
 	struct text_seen *p = t->seen;
 
-	for (size_t i = 0; i < t->nseen; i++)
-		free(t->seen[i].data);
 	t->seen = t->seen_next;
 	t->nseen = t->nseen_next;
 	t->seen_next = p;
@@ -240,8 +261,6 @@ static void sum_columns(struct text_log *t, struct kvmstats_vmm *const *sel,
 		t->cols[c].any = false;
 	}
 	/* (a second pass over the same readings sees what the first kept) */
-	for (size_t i = 0; i < t->nseen_next; i++)
-		free(t->seen_next[i].data);
 	t->nseen_next = 0;
 	for (size_t i = 0; i < nsel; i++) {
 		struct kvmstats_vmm *v = sel[i];
@@ -445,8 +464,10 @@ void text_log_free(struct text_log *t)
 		free(t->maps[i].st);
 	free(t->cols);
 	free(t->maps);
-	seen_swap(t);
-	seen_swap(t);
+	for (size_t i = 0; i < t->seen_cap; i++) {
+		free(t->seen[i].data);
+		free(t->seen_next[i].data);
+	}
 	free(t->seen);
 	free(t->seen_next);
 	if (t->fields_set)
