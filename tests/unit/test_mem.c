@@ -681,6 +681,7 @@ struct fake_qmp {
 	int lfd;
 	bool hang;		/* accept, then never answer */
 	char ramblock[512];
+	const char *blocks;	/* a longer ramblock text, when set */
 	pthread_t tid;
 };
 
@@ -722,6 +723,10 @@ static void *fake_main(void *arg)
 		if (strstr(buf, "qmp_capabilities")) {
 			snprintf(reply, sizeof(reply), "{\"event\": \"NOISE\"}\r\n"
 				 "{\"return\": {}, \"id\": %lld}\r\n", v);
+		} else if (strstr(buf, "x-query-ramblock") && f->blocks) {
+			say(fd, "{\"return\": {\"human-readable-text\": \"");
+			say(fd, f->blocks);
+			snprintf(reply, sizeof(reply), "\"}, \"id\": %lld}\r\n", v);
 		} else if (strstr(buf, "x-query-ramblock")) {
 			snprintf(reply, sizeof(reply),
 				 "{\"return\": {\"human-readable-text\": \"%s\"}, "
@@ -812,6 +817,58 @@ static void test_qmp_blocks(void **state)
 	assert_string_equal(kvmstats_ram__qmp_path(ram), f.path);
 	kvmstats_ram__free(ram);
 	fake_stop(&f);
+	munmap(raw, rawlen);
+}
+
+/* A monitor that names tens of thousands of RAM blocks, beside as many
+ * mappings: each block was matched against every mapping (30,000 blocks
+ * and 20,000 mappings, 3 s of CPU). More than QEMU ever has are refused,
+ * and the heuristic is used. */
+static void test_qmp_many_blocks(void **state)
+{
+	const size_t nmaps = 20000, nblocks = 30000, total = 6u << 20;
+	const char *line = "x 4 KiB 0x0 0x1000 0x3000\\n";
+	struct fake_qmp f = { .hang = false };
+	char err[256] = "", *text, *p;
+	struct kvmstats_ram *ram;
+	size_t rawlen, len;
+	unsigned char *many;
+	double cpu;
+	void *raw;
+
+	(void)state;
+	qemu_like_block(total, &raw, &rawlen);
+	/* Mappings that do not merge: every other page read-only. */
+	many = mmap(NULL, nmaps * 2 * PG, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(many != MAP_FAILED);
+	for (size_t i = 0; i < nmaps; i++)
+		assert_int_equal(mprotect(many + (2 * i + 1) * PG, PG, PROT_READ), 0);
+	len = strlen(line);
+	text = malloc(256 + nblocks * len);
+	assert_non_null(text);
+	p = text + sprintf(text, "              Block Name    PSize    Offset    Used"
+			   "    Total\\n              test.ram    4 KiB  0x0 0x400000 "
+			   "0x%zx\\n", total);
+	for (size_t i = 0; i < nblocks; i++, p += len)
+		memcpy(p, line, len + 1);
+	f.blocks = text;
+	fake_start(&f);
+	cpu = ks_thread_cpu();
+	ram = kvmstats_ram__open(getpid(), &(struct kvmstats_ram_opts){
+		.sz = sizeof(struct kvmstats_ram_opts), .qmp_path = f.path,
+		.errbuf = err, .errbuf_sz = sizeof(err) });
+	cpu = ks_thread_cpu() - cpu;
+	if (!ram)
+		fail_msg("open: %s", err);
+	assert_int_equal(kvmstats_ram__how(ram), KVMSTATS_RAM_HEURISTIC);
+	assert_non_null(strstr(kvmstats_ram__note(ram), "more than 1024 RAM blocks"));
+	if (cpu > 1.0)
+		fail_msg("%.2f s of CPU to refuse %zu RAM blocks", cpu, nblocks);
+	kvmstats_ram__free(ram);
+	fake_stop(&f);
+	free(text);
+	munmap(many, nmaps * 2 * PG);
 	munmap(raw, rawlen);
 }
 
@@ -1138,6 +1195,7 @@ int main(void)
 		cmocka_unit_test(test_compress_sample),
 		cmocka_unit_test(test_qmp_blocks),
 		cmocka_unit_test(test_qmp_hung),
+		cmocka_unit_test(test_qmp_many_blocks),
 		cmocka_unit_test(test_bad_range),
 		cmocka_unit_test(test_vmm_gone),
 		cmocka_unit_test(test_pick_sorted),
