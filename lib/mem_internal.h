@@ -64,10 +64,13 @@ static inline void ks_set_bit(uint64_t *map, uint64_t i)
 /* The k-th candidate (0-based) over all regions. */
 int ks_pages_nth(const struct kvmstats_pages *pg, uint64_t k, size_t *region,
 		 uint64_t *page);
-/* The next run of candidates in @region at or after *page: sets *page to
- * its first page and returns its length (0 when none is left). */
+/* The next run of candidates in @region at or after *page and before
+ * @end: sets *page to its first page and returns its length, at most
+ * @max (0 when none is left before @end). Only the words up to @end are
+ * looked at: a scan's chunk of a region that is empty past it costs its
+ * own words, not the rest of the region's. */
 uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
-			   uint64_t *page, uint64_t max);
+			   uint64_t *page, uint64_t end, uint64_t max);
 
 /* mem_tail.c: the end of QEMU's first pass, walked back from its last
  * page up to @max_pages: points at 1, 2, 4, ... pages and where the walk

@@ -584,12 +584,14 @@ int ks_pages_nth(const struct kvmstats_pages *pg, uint64_t k, size_t *region,
 }
 
 uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
-			   uint64_t *page, uint64_t max)
+			   uint64_t *page, uint64_t end, uint64_t max)
 {
 	const struct ks_pg_region *pr = &pg->r[region];
 	uint64_t i = *page, n = 0;
 
-	while (i < pr->npages) {
+	if (end > pr->npages)
+		end = pr->npages;
+	while (i < end) {
 		uint64_t w = pr->cand[i / 64] >> (i % 64);
 
 		if (w) {
@@ -598,10 +600,10 @@ uint64_t ks_pages_next_run(const struct kvmstats_pages *pg, size_t region,
 		}
 		i = (i / 64 + 1) * 64;
 	}
-	if (i >= pr->npages)
+	if (i >= end)
 		return 0;
 	*page = i;
-	while (i + n < pr->npages && n < max && ks_bit(pr->cand, i + n))
+	while (i + n < end && n < max && ks_bit(pr->cand, i + n))
 		n++;
 	return n;
 }

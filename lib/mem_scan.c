@@ -374,7 +374,7 @@ static void scan_file(struct worker *w, size_t region, uint64_t page,
 	struct scan *s = w->s;
 
 	while (page < end && !atomic_load(&s->stop)) {
-		uint64_t at = page, n = ks_pages_next_run(s->pg, region, &at,
+		uint64_t at = page, n = ks_pages_next_run(s->pg, region, &at, end,
 							  FILE_RUN < s->batch_pages ?
 							  FILE_RUN : s->batch_pages);
 		size_t got, zeros = 0;
@@ -420,7 +420,7 @@ static size_t gather(struct worker *w, size_t region, uint64_t *page,
 
 	*niov = 0;
 	while (*niov < MAX_IOV && nb < s->batch_pages) {
-		uint64_t at = *page, n = ks_pages_next_run(s->pg, region, &at,
+		uint64_t at = *page, n = ks_pages_next_run(s->pg, region, &at, end,
 							   s->batch_pages - nb);
 
 		if (!n || at >= end) {
@@ -474,7 +474,7 @@ static void skip_chunk(struct worker *w, size_t region, uint64_t page, uint64_t 
 {
 	uint64_t n;
 
-	while (page < end && (n = ks_pages_next_run(w->s->pg, region, &page, end - page))) {
+	while (page < end && (n = ks_pages_next_run(w->s->pg, region, &page, end, end - page))) {
 		if (page >= end)
 			break;
 		n = page + n > end ? end - page : n;
