@@ -217,21 +217,27 @@ static int new_pages(struct kvmstats_dirty *d, double *nonzero)
 		for (uint64_t w = 0; w < (now->r[r].npages + 63) / 64; w++)
 			fresh += (uint64_t)__builtin_popcountll(now->r[r].cand[w] &
 								~old->r[r].cand[w]);
-	/* Test up to MAX_NEW_TESTED of them, spread evenly. */
+	/* Test up to MAX_NEW_TESTED of them, spread evenly; a word at a
+	 * time, so that a region's size costs its words, not its pages. */
 	for (size_t r = 0; r < now->n && !err; r++) {
-		for (uint64_t p = 0; p < now->r[r].npages && !err; p++) {
-			if (!ks_bit(now->r[r].cand, p) || ks_bit(old->r[r].cand, p))
-				continue;
-			if (fresh > MAX_NEW_TESTED &&
-			    (seen++ * MAX_NEW_TESTED) % fresh >= MAX_NEW_TESTED)
-				continue;
-			ref[m].region = r;
-			ref[m++].page = p;
-			if (m < FETCH)
-				continue;
-			err = ks_view_count_zero(&d->v, ref, m, d->buf, d->addr,
-						 d->ok, d->ptr, &tested, &zeros);
-			m = 0;
+		for (uint64_t w = 0; w < (now->r[r].npages + 63) / 64 && !err; w++) {
+			uint64_t bits = now->r[r].cand[w] & ~old->r[r].cand[w];
+
+			while (bits && !err) {
+				uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+
+				bits &= bits - 1;
+				if (fresh > MAX_NEW_TESTED &&
+				    (seen++ * MAX_NEW_TESTED) % fresh >= MAX_NEW_TESTED)
+					continue;
+				ref[m].region = r;
+				ref[m++].page = p;
+				if (m < FETCH)
+					continue;
+				err = ks_view_count_zero(&d->v, ref, m, d->buf, d->addr,
+							 d->ok, d->ptr, &tested, &zeros);
+				m = 0;
+			}
 		}
 	}
 	if (!err && m)
