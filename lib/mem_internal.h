@@ -26,6 +26,9 @@ struct kvmstats_ram {
 	struct kvmstats_migrate_settings mig;
 	char note[224];
 	char qmp_path[108];
+	/* our memfds' devices: see file_readable() in mem_regions.c */
+#define KS_MEMFD_DEVS 4
+	dev_t memfd_dev[KS_MEMFD_DEVS];
 };
 
 /* One region's classification: a bitmap of the candidates (pages whose

@@ -335,8 +335,9 @@ static int classify_file(struct classify *c, const struct kvmstats_ram_region *r
 	int fd = ks_region_open(c->pg->ram, r), err = 0;
 
 	if (fd < 0) {
-		/* Without the file (map_files needs CAP_SYS_ADMIN) what the VMM
-		 * does not map is unknown, not zero. */
+		/* Without the file (map_files needs CAP_SYS_ADMIN; a file system
+		 * a process may stall is refused) what the VMM does not map is
+		 * unknown, not zero. */
 		for (uint64_t i = 0; i < pr->npages; i++)
 			c->pg->c.swapped += !ks_bit(mapped, i);
 		return fd == -ENOENT ? dead_or(c->pg, fd) : 0;
@@ -347,7 +348,8 @@ static int classify_file(struct classify *c, const struct kvmstats_ram_region *r
 		if (data < 0 || (uint64_t)data >= end)
 			break;
 		hole = lseek(fd, data, SEEK_HOLE);
-		if (hole < 0 || (uint64_t)hole > end)
+		/* A hole at or before the data would not move us on. */
+		if (hole <= data || (uint64_t)hole > end)
 			hole = (off_t)end;
 		first = ((uint64_t)data - r->file_offset) >> KS_PAGE_SHIFT;
 		last = ((uint64_t)hole - r->file_offset + KS_PAGE - 1) >> KS_PAGE_SHIFT;
