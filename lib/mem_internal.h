@@ -13,6 +13,12 @@
 #define KS_PAGE_SHIFT 12
 #define KS_PAGE KVMSTATS_PAGE_SIZE
 
+/* A mount of the VMM's (mem_file.c). */
+struct ks_mount {
+	dev_t dev;
+	char type[32];
+};
+
 struct kvmstats_ram {
 	pid_t pid;
 	int pidfd;
@@ -26,9 +32,11 @@ struct kvmstats_ram {
 	struct kvmstats_migrate_settings mig;
 	char note[224];
 	char qmp_path[108];
-	/* our memfds' devices: see file_readable() in mem_regions.c */
+	/* our memfds' devices and the VMM's mounts: see mem_file.c */
 #define KS_MEMFD_DEVS 4
 	dev_t memfd_dev[KS_MEMFD_DEVS];
+	struct ks_mount *mounts;
+	size_t nmounts;
 };
 
 /* One region's classification: a bitmap of the candidates (pages whose
@@ -88,8 +96,19 @@ bool ks_pidfd_alive(int pidfd);
  * memory goes before its pidfd tells (PF_EXITING). */
 bool ks_vmm_gone(int pidfd, pid_t pid);
 
+/* mem_file.c: the file behind a shared mapping, read only on a file
+ * system the kernel serves alone (none a process can stall). */
+/* Our memfds' devices and the VMM's mounts, once per RAM object. */
+void ks_file_probe(struct kvmstats_ram *ram);
+/* The file of the mapping @start-@end as an O_PATH fd (opens nothing). */
+int ks_map_file_path(pid_t pid, uint64_t start, uint64_t end);
+/* 0 if we may read the file of O_PATH @fd; -EREMOTE, its file system's
+ * type (or device) in @type, if not. */
+int ks_file_readable(const struct kvmstats_ram *ram, int fd, char *type,
+		     size_t len);
 /* Open the file behind a shared or file-backed region (through
- * /proc/PID/map_files), read-only. */
+ * /proc/PID/map_files), read-only; -EREMOTE where ks_file_readable()
+ * refuses it. */
 int ks_region_open(const struct kvmstats_ram *ram,
 		   const struct kvmstats_ram_region *r);
 

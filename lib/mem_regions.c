@@ -43,11 +43,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "mem_internal.h"
@@ -204,139 +202,8 @@ static uint64_t map_size(const struct ks_map *m)
 	return m->end - m->start;
 }
 
-/* ---- the file behind a shared mapping ---- */
-
-/* File systems served by the kernel alone, from memory or a local block
- * device: no process answers for them, so none can hold our open, seek
- * or read. Each of those on FUSE (fuse, fuse.*, fuseblk, virtiofs) or a
- * network file system (nfs, cifs, 9p, ceph) is a request to a server
- * that may never answer, and we would wait for it in uninterruptible
- * sleep: a VMM can run a FUSE daemon (allow_other) and map its file.
- * Mounting a block file system takes the host's CAP_SYS_ADMIN: a VMM
- * that has it needs no stall to hurt us. (A btrfs subvolume's own
- * device is in no mountinfo: refused.) */
-static const char *const kernel_fs[] = {
-	"tmpfs", "hugetlbfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs",
-	"f2fs",
-};
-
-/* The devices of our own memfds: the internal shmem mount (memfd, SysV
- * shm, shared /dev/zero) and the hugetlbfs ones (one per huge page
- * size), which no mountinfo lists. Creating a hugetlb memfd takes no
- * page; without huge pages configured it fails and matches nothing. */
-static void probe_memfd_devs(struct kvmstats_ram *ram)
-{
-	static const unsigned int flags[KS_MEMFD_DEVS] = {
-		0, MFD_HUGETLB, MFD_HUGETLB | (21u << 26),	/* MFD_HUGE_2MB */
-		MFD_HUGETLB | (30u << 26),			/* MFD_HUGE_1GB */
-	};
-	struct stat st;
-
-	for (int i = 0; i < KS_MEMFD_DEVS; i++) {
-		int fd = memfd_create("kvmstats-probe", MFD_CLOEXEC | flags[i]);
-
-		if (fd < 0)
-			continue;
-		if (!fstat(fd, &st))
-			ram->memfd_dev[i] = st.st_dev;
-		close(fd);
-	}
-}
-
-/* The type of the file system on @dev among the VMM's mounts (the path
- * it mapped is its own). */
-static int mount_type(pid_t pid, dev_t dev, char *type, size_t len)
-{
-	char path[64], *line = NULL;
-	unsigned int maj, min;
-	size_t cap = 0;
-	int err = -ENOENT;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (err && getline(&line, &cap, f) > 0) {
-		const char *sep = strstr(line, " - ");
-
-		if (!sep || sscanf(line, "%*d %*d %u:%u", &maj, &min) != 2 ||
-		    makedev(maj, min) != dev)
-			continue;
-		snprintf(type, len, "%.*s", (int)strcspn(sep + 3, " \n"), sep + 3);
-		err = 0;
-	}
-	free(line);
-	fclose(f);
-	return err;
-}
-
-/* May we read the file behind @fd (O_PATH)? Its device comes from the
- * attributes the kernel holds (AT_STATX_DONT_SYNC): fstatfs, and a stat
- * that syncs, are requests to a FUSE daemon. -EREMOTE, and its file
- * system in @type, if not. */
-static int file_readable(const struct kvmstats_ram *ram, int fd, char *type,
-			 size_t len)
-{
-	struct statx stx;
-	dev_t dev;
-
-	snprintf(type, len, "?");
-	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
-		  STATX_TYPE | STATX_INO, &stx))
-		return -errno;
-	if (!S_ISREG(stx.stx_mode))
-		return -EINVAL;
-	dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
-	for (int i = 0; i < KS_MEMFD_DEVS; i++)
-		if (ram->memfd_dev[i] && ram->memfd_dev[i] == dev)
-			return 0;
-	if (mount_type(ram->pid, dev, type, len)) {
-		snprintf(type, len, "%u:%u", stx.stx_dev_major, stx.stx_dev_minor);
-		return -EREMOTE;
-	}
-	for (size_t i = 0; i < sizeof(kernel_fs) / sizeof(kernel_fs[0]); i++)
-		if (!strcmp(type, kernel_fs[i]))
-			return 0;
-	return -EREMOTE;
-}
-
-/* The mapping's file as a path only: O_PATH calls no file system's
- * open. */
-static int map_file_path(pid_t pid, uint64_t start, uint64_t end)
-{
-	char path[96];
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64,
-		 (int)pid, start, end);
-	fd = open(path, O_PATH | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-/* Opened again through our own O_PATH fd: the file checked is the file
- * opened, whatever the VMM maps meanwhile. */
-int ks_region_open(const struct kvmstats_ram *ram,
-		   const struct kvmstats_ram_region *r)
-{
-	int pfd = map_file_path(ram->pid, r->vma_start, r->start + r->map_len);
-	char type[64], path[64];
-	int fd;
-
-	if (pfd < 0)
-		return pfd;
-	fd = file_readable(ram, pfd, type, sizeof(type));
-	if (!fd) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", pfd);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		fd = fd < 0 ? -errno : fd;
-	}
-	close(pfd);
-	return fd;
-}
-
 /* What backs a mapping: statfs of its file (root, and only on a file
- * system we may read: see file_readable()), else its name. A file we may
+ * system we may read: see mem_file.c), else its name. A file we may
  * not read gets its file system in @refused. */
 static enum kvmstats_ram_kind map_kind(const struct kvmstats_ram *ram,
 				       const struct ks_map *m,
@@ -353,8 +220,8 @@ static enum kvmstats_ram_kind map_kind(const struct kvmstats_ram *ram,
 		*page_size = 2u << 20;
 		return KVMSTATS_RAM_HUGETLB;
 	}
-	fd = map_file_path(ram->pid, m->start, m->end);
-	err = fd < 0 ? fd : file_readable(ram, fd, refused, len);
+	fd = ks_map_file_path(ram->pid, m->start, m->end);
+	err = fd < 0 ? fd : ks_file_readable(ram, fd, refused, len);
 	if (!err && !fstatfs(fd, &sfs)) {
 		close(fd);
 		refused[0] = 0;
@@ -941,7 +808,7 @@ struct kvmstats_ram *kvmstats_ram__open(pid_t pid,
 		ks_err(o.errbuf, o.errbuf_sz, "pid %d: %s", (int)pid, strerror(-err));
 		goto err;
 	}
-	probe_memfd_devs(ram);
+	ks_file_probe(ram);
 	err = find_ram(ram, &o);
 	/* A VMM that exits while we ask it (its QMP socket closes under
 	 * us) failed because it exited: say that, not the socket's error. */
@@ -965,6 +832,7 @@ void kvmstats_ram__free(struct kvmstats_ram *ram)
 	if (ram->pidfd >= 0)
 		close(ram->pidfd);
 	free(ram->r);
+	free(ram->mounts);
 	free(ram);
 }
 
