@@ -266,7 +266,7 @@ static int add_region(struct kvmstats_ram *ram, const struct ks_map *m,
 	snprintf(r->name, sizeof(r->name), "%s", name);
 	snprintf(r->path, sizeof(r->path), "%s", m->path);
 	snprintf(r->why, sizeof(r->why), "%s%s%s%s", why, fs[0] ? "; not read: "
-		 "its file is on " : "", fs, fs[0] ? ", which a process may stall" : "");
+		 "its file is on " : "", fs, fs[0] ? ", not a file system the kernel serves alone" : "");
 	ram->bytes += len;
 	return 0;
 }
