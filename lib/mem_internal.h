@@ -24,7 +24,7 @@ struct kvmstats_ram {
 	int pidfd;
 	enum kvmstats_ram_how how;
 	struct kvmstats_ram_region *r;
-	size_t n;
+	size_t n, r_cap;
 	uint64_t bytes;
 	uint64_t max_bandwidth;
 	uint32_t downtime_ms;

@@ -69,8 +69,27 @@ struct ks_map {
 
 struct maps {
 	struct ks_map *m;
-	size_t n;
+	size_t n, cap;
 };
+
+/* Room for one more of @size bytes in @*arr of @*cap: doubled, so that
+ * tens of thousands of maps or regions (a VMM's to choose) cost their
+ * number, not its square, in copies. */
+static int grow(void *arr, size_t *cap, size_t n, size_t size)
+{
+	void **a = arr;
+	size_t want = *cap ? 2 * *cap : 64;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	p = realloc(*a, want * size);
+	if (!p)
+		return -ENOMEM;
+	*a = p;
+	*cap = want;
+	return 0;
+}
 
 /* ---- processes ---- */
 
@@ -135,11 +154,8 @@ static bool is_header(const char *line, struct ks_map *m)
 
 static int maps_add(struct maps *ms, const struct ks_map *m)
 {
-	void *p = realloc(ms->m, (ms->n + 1) * sizeof(*ms->m));
-
-	if (!p)
+	if (grow(&ms->m, &ms->cap, ms->n, sizeof(*ms->m)))
 		return -ENOMEM;
-	ms->m = p;
 	ms->m[ms->n++] = *m;
 	return 0;
 }
@@ -176,7 +192,7 @@ static void maps_free(struct maps *ms)
 {
 	free(ms->m);
 	ms->m = NULL;
-	ms->n = 0;
+	ms->n = ms->cap = 0;
 }
 
 static bool has_flag(const struct ks_map *m, const char *flag)
@@ -248,12 +264,10 @@ static int add_region(struct kvmstats_ram *ram, const struct ks_map *m,
 		      const char *why)
 {
 	struct kvmstats_ram_region *r;
-	void *p = realloc(ram->r, (ram->n + 1) * sizeof(*ram->r));
 	char fs[64] = "";
 
-	if (!p)
+	if (grow(&ram->r, &ram->r_cap, ram->n, sizeof(*ram->r)))
 		return -ENOMEM;
-	ram->r = p;
 	r = &ram->r[ram->n++];
 	memset(r, 0, sizeof(*r));
 	r->start = start;
@@ -770,7 +784,7 @@ static int find_ram(struct kvmstats_ram *ram, const struct kvmstats_ram_opts *o)
 	/* The heuristic needs VmFlags; start again from smaps. */
 	free(ram->r);
 	ram->r = NULL;
-	ram->n = 0;
+	ram->n = ram->r_cap = 0;
 	ram->bytes = 0;
 	maps_free(&ms);
 	err = read_maps(ram->pid, true, &ms);
