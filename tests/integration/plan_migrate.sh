@@ -221,7 +221,11 @@ run_case comp legacy "$LEGACY" '{"multifd-compression":"none"}' 10 15
 [ -n "$CPUS_A" ] && check "the plan gives the source's threads the CPUs it is pinned to ($CPUS_A)" \
 	jq -e --argjson n "$(tr ',' '\n' <<<"$CPUS_A" | wc -l)" \
 	'.vms[0].prediction.source_cpus | {count, source} == {"count": $n, "source": "affinity"}' "$LAST_JSON"
-run_case comp multifd4 "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"none"}' 10 15
+# Its time is the host's to hold: in a CI run's lab of one emulated vCPU,
+# beside another lab, QEMU 10.0's four channels shared that vCPU with the
+# migration thread and sent at the limit, not over it as on a host: 2.8
+# and 2.9 s where 1.83 s was predicted (the bytes within 0.1%).
+run_case comp multifd4 "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"none"}' 10 host:15
 run_case comp multifd4-zstd "$MULTIFD" '{"multifd-channels":4,"multifd-compression":"zstd"}' 20 host:25
 run_case mixed multifd4-zstd-mixed "$MULTIFD" \
 	'{"multifd-channels":4,"multifd-compression":"zstd"}' 20 host:25

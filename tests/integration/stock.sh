@@ -10,7 +10,8 @@
 #    pages its vCPUs wrote (pages_4k + 512 * pages_2m); with an in-kernel
 #    irqchip halt_exits is H - E or H - E + 1 (E: the halts whose timer
 #    interrupt the guest took before its hlt ran, counted by the guest;
-#    the + 1 is the final hlt) and halt_wait_hist counts the waits.
+#    the + 1 is the final hlt) and halt_wait_hist counts the waits
+#    halt_wait_ns sums.
 #  - a QEMU VM that wrote memory and halted: dump (default source), serve
 #    and record/replay give every VM stat and vCPU counter between two
 #    readings of the kernel's own stats fds (--attach) taken before and
@@ -50,8 +51,13 @@ echo "# tinyvmm --irqchip: $(jq -c '.vms[0].vcpus[0].stats | {halt_exits, halt_w
 check "halt_exits is $H halts - ${E:-?} early wakes (+ 1 for the final hlt)" \
 	jq -e --argjson h $H --argjson e "${E:-null}" \
 	'.vms[0].vcpus[0].stats.halt_exits | . == $h - $e or . == $h - $e + 1' "$TMP/i.json"
-check "halt_wait_hist counts the waits" jq -e \
-	'.vms[0].vcpus[0].stats | (.halt_wait_hist | add) >= 1' "$TMP/i.json"
+# Whether a halt waits is the host's timing: under emulation beside
+# another lab every timer had fired by the time KVM looked (0 waits of
+# 100 halts). What always holds: the histogram counts the waits
+# halt_wait_ns sums, and no more than the halts.
+check "halt_wait_hist counts the waits halt_wait_ns sums" jq -e \
+	'.vms[0].vcpus[0].stats | (.halt_wait_hist | add) as $w |
+	 $w <= .halt_exits and (($w > 0) == (.halt_wait_ns > 0))' "$TMP/i.json"
 
 # ---- a QEMU VM through every sink, against the kernel's fds ------------
 # 16 MiB of data and 8 MiB of zeros written one word per page, 500 port
