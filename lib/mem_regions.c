@@ -72,23 +72,21 @@ struct maps {
 	size_t n, cap;
 };
 
-/* Room for one more of @size bytes in @*arr of @*cap: doubled, so that
- * tens of thousands of maps or regions (a VMM's to choose) cost their
- * number, not its square, in copies. */
-static int grow(void *arr, size_t *cap, size_t n, size_t size)
+/* @arr, or where it moved to, with room for one more of @size bytes
+ * after its @n (@*cap allocated); NULL, @arr untouched, without memory.
+ * Doubled, so that tens of thousands of maps or regions (a VMM's to
+ * choose) cost their number, not its square, in copies. */
+static void *grow(void *arr, size_t *cap, size_t n, size_t size)
 {
-	void **a = arr;
 	size_t want = *cap ? 2 * *cap : 64;
 	void *p;
 
 	if (n < *cap)
-		return 0;
-	p = realloc(*a, want * size);
-	if (!p)
-		return -ENOMEM;
-	*a = p;
-	*cap = want;
-	return 0;
+		return arr;
+	p = realloc(arr, want * size);
+	if (p)
+		*cap = want;
+	return p;
 }
 
 /* ---- processes ---- */
@@ -154,8 +152,11 @@ static bool is_header(const char *line, struct ks_map *m)
 
 static int maps_add(struct maps *ms, const struct ks_map *m)
 {
-	if (grow(&ms->m, &ms->cap, ms->n, sizeof(*ms->m)))
+	struct ks_map *a = grow(ms->m, &ms->cap, ms->n, sizeof(*ms->m));
+
+	if (!a)
 		return -ENOMEM;
+	ms->m = a;
 	ms->m[ms->n++] = *m;
 	return 0;
 }
@@ -266,8 +267,10 @@ static int add_region(struct kvmstats_ram *ram, const struct ks_map *m,
 	struct kvmstats_ram_region *r;
 	char fs[64] = "";
 
-	if (grow(&ram->r, &ram->r_cap, ram->n, sizeof(*ram->r)))
+	r = grow(ram->r, &ram->r_cap, ram->n, sizeof(*ram->r));
+	if (!r)
 		return -ENOMEM;
+	ram->r = r;
 	r = &ram->r[ram->n++];
 	memset(r, 0, sizeof(*r));
 	r->start = start;
