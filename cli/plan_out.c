@@ -104,6 +104,7 @@ static struct json_object *counts_json(const struct kvmstats_pagemap_counts *c)
 	jset(o, "cached", ju64(c->cached));
 	jset(o, "not_present", ju64(c->none));
 	jset(o, "candidates", ju64(c->candidates));
+	jset(o, "unclassified", ju64(c->unclassified));
 	return o;
 }
 

@@ -179,11 +179,17 @@ struct kvmstats_pagemap_counts {
 	uint64_t cached;	/* shared memory cached, not mapped by the VMM */
 	uint64_t none;		/* not present, not swapped, not cached: zero */
 	uint64_t candidates;	/* present - pfn_zero + cached: to be tested */
+	/* Not classified within the pass's time (in swapped too: unknown). */
+	uint64_t unclassified;
 };
 
 struct kvmstats_pages_opts {
 	size_t sz;
 	enum kvmstats_pagemap_mode mode;
+	/* The pass's time; the pages not reached by then are unknown. The
+	 * VMM chooses its address space, and 8-byte pagemap entries cost
+	 * about 1 s per TiB of it. 0: 10 s. */
+	unsigned int timeout_ms;
 };
 
 struct kvmstats_pages;
@@ -347,12 +353,14 @@ struct kvmstats_dirty_opts {
 
 struct kvmstats_dirty;
 
-/* Pick the sample among @pg's present pages and hash it (the baseline). */
+/* Pick the sample among @pg's present pages and hash it (the baseline).
+ * ETIME when @pg has pages it did not classify in time. */
 KVMSTATS_API struct kvmstats_dirty *
 kvmstats_dirty__new(const struct kvmstats_pages *pg,
 		    const struct kvmstats_dirty_opts *opts);
 /* Hash the sample again now and add a point. -ESRCH once the VMM is gone,
- * -ENOSPC past KVMSTATS_DIRTY_MAX_POINTS. */
+ * -ENOSPC past KVMSTATS_DIRTY_MAX_POINTS, -ETIME when the pages were not
+ * all classified again in time (new pages would not be told apart). */
 KVMSTATS_API int kvmstats_dirty__point(struct kvmstats_dirty *d);
 KVMSTATS_API int kvmstats_dirty__result(const struct kvmstats_dirty *d,
 					struct kvmstats_dirty_result *out);

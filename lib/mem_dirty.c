@@ -156,6 +156,12 @@ struct kvmstats_dirty *kvmstats_dirty__new(const struct kvmstats_pages *pg,
 		errno = EINVAL;
 		return NULL;
 	}
+	/* New pages are told from the baseline's: every page must have
+	 * been classified. */
+	if (pg->c.unclassified) {
+		errno = ETIME;
+		return NULL;
+	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
 		errno = ENOMEM;
@@ -213,6 +219,10 @@ static int new_pages(struct kvmstats_dirty *d, double *nonzero)
 						     : KVMSTATS_PAGEMAP_READ });
 	if (!now)
 		return -errno;
+	if (now->c.unclassified) {
+		kvmstats_pages__free(now);
+		return -ETIME;
+	}
 	for (size_t r = 0; r < now->n; r++)
 		for (uint64_t w = 0; w < (now->r[r].npages + 63) / 64; w++)
 			fresh += (uint64_t)__builtin_popcountll(now->r[r].cand[w] &

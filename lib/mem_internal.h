@@ -72,6 +72,20 @@ static inline void ks_set_bit(uint64_t *map, uint64_t i)
 	map[i / 64] |= 1ull << (i % 64);
 }
 
+/* Bits set in [@from, @to) of @map, a word at a time. */
+static inline uint64_t ks_count_bits(const uint64_t *map, uint64_t from, uint64_t to)
+{
+	uint64_t n = 0;
+
+	while (from < to && from % 64)
+		n += ks_bit(map, from++);
+	for (; from + 64 <= to; from += 64)
+		n += (uint64_t)__builtin_popcountll(map[from / 64]);
+	while (from < to)
+		n += ks_bit(map, from++);
+	return n;
+}
+
 /* The k-th candidate (0-based) over all regions. */
 int ks_pages_nth(const struct kvmstats_pages *pg, uint64_t k, size_t *region,
 		 uint64_t *page);
@@ -165,6 +179,8 @@ int ks_pick_sorted(uint64_t *idx, uint64_t n, uint64_t total, uint64_t *seed);
 
 /* Append "; N WHAT pages went missing while read" to an estimate's note. */
 void ks_note_missing(char *note, size_t len, uint64_t n, const char *what);
+/* Appends to @note how many of @pg's pages its pass had no time for. */
+void ks_note_unclassified(char *note, size_t len, const struct kvmstats_pages *pg);
 
 /* 95% Wilson score interval of a proportion k/n. */
 void ks_wilson(uint64_t k, uint64_t n, double *lo, double *hi);

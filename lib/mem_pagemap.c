@@ -68,6 +68,7 @@ struct ks_pm_scan_arg {
 
 #define SCAN_VEC 512
 #define READ_CHUNK 65536u	/* pagemap entries per pread */
+#define DEFAULT_TIMEOUT_MS 10000u
 
 struct classify {
 	struct kvmstats_pages *pg;
@@ -77,11 +78,38 @@ struct classify {
 	uint64_t *buf;		/* READ_CHUNK entries, or SCAN_VEC regions */
 	/* Shared file regions: pages the VMM maps (present or swapped). */
 	uint64_t *mapped;
+	uint64_t deadline;	/* ks_now_ns() past which nothing is read */
+	bool late;		/* the deadline has passed */
 };
 
 static int dead_or(const struct kvmstats_pages *pg, int err)
 {
 	return ks_vmm_gone(pg->ram->pidfd, pg->ram->pid) ? -ESRCH : err;
+}
+
+/* The pass's time is up. Checked between reads of up to READ_CHUNK
+ * entries or SCAN_VEC ranges: a VMM chooses how large its address space
+ * is, not how long we walk it. */
+static bool late(struct classify *c)
+{
+	if (!c->late && ks_now_ns() > c->deadline)
+		c->late = true;
+	return c->late;
+}
+
+/* Pages [@from, @to) of a region (of them, where @mapped, those the VMM
+ * does not map) are unknown: not classified in time (@timed_out), or
+ * behind a file we do not read. */
+static void unknown(struct classify *c, const uint64_t *mapped, uint64_t from,
+		    uint64_t to, bool timed_out)
+{
+	uint64_t n = to - from;
+
+	if (mapped)
+		n -= ks_count_bits(mapped, from, to);
+	c->pg->c.swapped += n;
+	if (timed_out)
+		c->pg->c.unclassified += n;
 }
 
 /* ---- PAGEMAP_SCAN ---- */
@@ -144,12 +172,12 @@ static void count_range(struct classify *c, struct ks_pg_region *pr,
 }
 
 static int classify_scan(struct classify *c, const struct kvmstats_ram_region *r,
-			 struct ks_pg_region *pr)
+			 struct ks_pg_region *pr, uint64_t *done)
 {
 	struct ks_page_region *vec = (struct ks_page_region *)c->buf;
 	uint64_t at = r->start, end = r->start + r->len;
 
-	while (at < end) {
+	for (; at < end && !late(c); *done = (at - r->start) >> KS_PAGE_SHIFT) {
 		uint64_t walk_end = end;
 		int n = scan_ioctl(c->pagemap, at, end, vec, SCAN_VEC, &walk_end);
 
@@ -244,13 +272,13 @@ static bool pfn_huge(const struct classify *c, uint64_t pfn)
 }
 
 static int classify_read(struct classify *c, const struct kvmstats_ram_region *r,
-			 struct ks_pg_region *pr)
+			 struct ks_pg_region *pr, uint64_t *done)
 {
 	struct kvmstats_pagemap_counts *k = &c->pg->c;
 	uint64_t block = UINT64_MAX;
 	bool huge = false;
 
-	for (uint64_t idx = 0; idx < pr->npages;) {
+	for (uint64_t idx = 0; idx < pr->npages && !late(c); *done = idx) {
 		uint64_t n = pr->npages - idx < READ_CHUNK ? pr->npages - idx : READ_CHUNK;
 		off_t off = (off_t)(((r->start >> KS_PAGE_SHIFT) + idx) * 8);
 		ssize_t got = pread(c->pagemap, c->buf, n * 8, off);
@@ -331,33 +359,39 @@ static int classify_file(struct classify *c, const struct kvmstats_ram_region *r
 	const uint64_t chunk = 1u << 16;	/* pages per mincore */
 	uint64_t end = r->file_offset + r->len;
 	off_t at = (off_t)r->file_offset;
-	uint64_t first, last;
+	uint64_t first, last, next = 0;
 	int fd = ks_region_open(c->pg->ram, r), err = 0;
 
 	if (fd < 0) {
 		/* Without the file (map_files needs CAP_SYS_ADMIN; a file system
 		 * a process may stall is refused) what the VMM does not map is
 		 * unknown, not zero. */
-		for (uint64_t i = 0; i < pr->npages; i++)
-			c->pg->c.swapped += !ks_bit(mapped, i);
+		unknown(c, mapped, 0, pr->npages, false);
 		return fd == -ENOENT ? dead_or(c->pg, fd) : 0;
 	}
-	while (!err && (uint64_t)at < end) {
+	/* Pages from @next on are not counted yet: where the pass runs out
+	 * of time, those the VMM does not map are unknown. */
+	while (!err && (uint64_t)at < end && !late(c)) {
 		off_t data = lseek(fd, at, SEEK_DATA), hole;
 
-		if (data < 0 || (uint64_t)data >= end)
+		if (data < 0 || (uint64_t)data >= end) {
+			next = pr->npages;
 			break;
+		}
 		hole = lseek(fd, data, SEEK_HOLE);
 		/* A hole at or before the data would not move us on. */
 		if (hole <= data || (uint64_t)hole > end)
 			hole = (off_t)end;
 		first = ((uint64_t)data - r->file_offset) >> KS_PAGE_SHIFT;
 		last = ((uint64_t)hole - r->file_offset + KS_PAGE - 1) >> KS_PAGE_SHIFT;
-		for (uint64_t p = first; !err && p < last; p += chunk)
-			err = file_data(c, pr, mapped, fd, r->file_offset, p,
-					last - p < chunk ? last - p : chunk);
+		for (next = first; !err && next < last && !late(c); next += chunk)
+			err = file_data(c, pr, mapped, fd, r->file_offset, next,
+					last - next < chunk ? last - next : chunk);
+		next = next < last ? next : last;
 		at = hole;
 	}
+	if (!err && c->late && next < pr->npages)
+		unknown(c, mapped, next, pr->npages, true);
 	close(fd);
 	return err;
 }
@@ -408,9 +442,13 @@ static int classify_region(struct classify *c, bool scan, size_t i)
 {
 	const struct kvmstats_ram_region *r = &c->pg->ram->r[i];
 	struct ks_pg_region *pr = &c->pg->r[i];
-	uint64_t *mapped = NULL;
+	uint64_t *mapped = NULL, done = 0;
 	int err;
 
+	if (late(c)) {
+		unknown(c, NULL, 0, pr->npages, true);
+		return 0;
+	}
 	if (shared_file(r)) {
 		mapped = calloc(words(pr->npages) ? words(pr->npages) : 1,
 				sizeof(uint64_t));
@@ -419,15 +457,23 @@ static int classify_region(struct classify *c, bool scan, size_t i)
 	}
 	/* Lent to the classifiers for this region only. */
 	c->mapped = mapped;
-	err = scan ? classify_scan(c, r, pr) : classify_read(c, r, pr);
-	if (!err && mapped)
+	err = scan ? classify_scan(c, r, pr, &done) : classify_read(c, r, pr, &done);
+	if (!err && done < pr->npages) {
+		/* Late: what the VMM maps was not all looked at, so nor is its
+		 * file; the pages classified so far stand. */
+		unknown(c, NULL, done, pr->npages, true);
+		if (mapped)
+			unknown(c, mapped, 0, done, true);
+	} else if (!err && mapped) {
 		err = classify_file(c, r, pr, mapped);
+	}
 	c->mapped = NULL;
 	free(mapped);
 	return err;
 }
 
-static int classify_all(struct kvmstats_pages *pg, enum kvmstats_pagemap_mode mode)
+static int classify_all(struct kvmstats_pages *pg, enum kvmstats_pagemap_mode mode,
+			unsigned int timeout_ms)
 {
 	struct classify c = { .pg = pg, .kpageflags = -1 };
 	bool scan = mode != KVMSTATS_PAGEMAP_READ;
@@ -450,6 +496,8 @@ static int classify_all(struct kvmstats_pages *pg, enum kvmstats_pagemap_mode mo
 		c.kpageflags = open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
 	}
 	pg->mode = scan ? "PAGEMAP_SCAN" : "pagemap";
+	c.deadline = ks_now_ns() +
+		     (uint64_t)(timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000;
 	for (size_t i = 0; i < pg->n && !err; i++)
 		err = classify_region(&c, scan, i);
 	if (err == -ENOTTY || err == -EINVAL)
@@ -486,7 +534,7 @@ struct kvmstats_pages *kvmstats_pages__classify(const struct kvmstats_ram *ram,
 			goto nomem;
 		pg->c.pages += pg->r[i].npages;
 	}
-	err = classify_all(pg, o.mode);
+	err = classify_all(pg, o.mode, o.timeout_ms);
 	if (err)
 		goto err;
 	build_rank(pg);
@@ -632,5 +680,6 @@ int kvmstats_pages__estimate(const struct kvmstats_pages *pg,
 	snprintf(e->note, sizeof(e->note), "%s: every present page counted as "
 		 "non-zero (an upper bound)%s", pg->mode,
 		 c->huge ? "; THP-backed pages inflate it" : "");
+	ks_note_unclassified(e->note, sizeof(e->note), pg);
 	return 0;
 }

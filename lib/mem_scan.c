@@ -151,6 +151,16 @@ void ks_note_missing(char *note, size_t len, uint64_t n, const char *what)
 			 "missing while read", n, what, n == 1 ? "" : "s");
 }
 
+void ks_note_unclassified(char *note, size_t len, const struct kvmstats_pages *pg)
+{
+	size_t used = strlen(note);
+	uint64_t n = pg->c.unclassified;
+
+	if (n && used < len)
+		snprintf(note + used, len - used, "; %" PRIu64 " page%s not classified "
+			 "within the pagemap pass's time: unknown", n, n == 1 ? "" : "s");
+}
+
 #define FETCH 256	/* pages per fetch: 1 MiB */
 
 struct fetcher {
@@ -281,6 +291,7 @@ int kvmstats_pages__sample(const struct kvmstats_pages *pg,
 		 tested == pg->c.candidates ? " (all: exact)" : "");
 	if (missing)
 		ks_note_missing(e->note, sizeof(e->note), missing, "sampled");
+	ks_note_unclassified(e->note, sizeof(e->note), pg);
 	return 0;
 }
 
@@ -640,6 +651,7 @@ static void scan_result(const struct scan *s, struct kvmstats_estimate *e,
 			 "(%s)", s->pg->mode, kvmstats_zero__name(KVMSTATS_ZERO_BEST));
 	if (s->missing)
 		ks_note_missing(e->note, sizeof(e->note), s->missing, "present");
+	ks_note_unclassified(e->note, sizeof(e->note), s->pg);
 }
 
 int kvmstats_pages__scan(const struct kvmstats_pages *pg,

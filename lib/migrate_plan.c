@@ -341,6 +341,17 @@ int kvmstats_plan__estimate(struct kvmstats_plan *p)
 	return err;
 }
 
+/* Why the dirty rate could not be measured. */
+static const char *dirty_why(int err)
+{
+	if (err == -ESRCH)
+		return "the VM exited";
+	if (err == -ETIME)
+		return "the VMM's page tables were not all classified within the "
+		       "pagemap pass's time (its address space is too large)";
+	return strerror(-err);
+}
+
 /* The VMM's CPU time now, as the dirty rate's start (@i 0) or its last
  * point (1); unreadable, the busy CPUs are not measured. */
 static void read_cpu(struct kvmstats_plan *p, int i)
@@ -375,8 +386,7 @@ int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 		.sz = sizeof(struct kvmstats_dirty_opts),
 		.pages_per_gib = p->o.dirty_pages_per_gib, .seed = p->o.seed });
 	if (!p->dirty)
-		return fail(p, -errno, "dirty rate: %s", errno == ESRCH ?
-			    "the VM exited" : strerror(errno));
+		return fail(p, -errno, "dirty rate: %s", dirty_why(-errno));
 	read_cpu(p, 0);
 	return 0;
 }
@@ -407,8 +417,7 @@ int kvmstats_plan__dirty_point(struct kvmstats_plan *p)
 		return 0;
 	err = kvmstats_dirty__point(p->dirty);
 	if (err)
-		return fail(p, err, "dirty rate: %s", err == -ESRCH ?
-			    "the VM exited" : strerror(-err));
+		return fail(p, err, "dirty rate: %s", dirty_why(err));
 	p->res.dirty_measured = !kvmstats_dirty__result(p->dirty, &p->res.dirty);
 	rate_at_interval(&p->res.dirty, p->extra);
 	read_cpu(p, 1);

@@ -586,6 +586,91 @@ static void test_dirty_sparse(void **state)
 	munmap(m, len);
 }
 
+/* The pass's time, against a VMM's address space: 2 TiB with a page
+ * written at each end is 512 Mi pagemap entries (about 2 s); within 1 ms
+ * the pass stops, and every page it did not reach is unknown, never
+ * zero. The dirty rate, which tells new pages from the baseline's, is
+ * refused for it. */
+static void test_classify_late(void **state)
+{
+	const size_t len = 2ull << 40;
+	unsigned char *m = reserve(len);
+	const struct kvmstats_pagemap_counts *c;
+	struct kvmstats_estimate e;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	double cpu;
+
+	(void)state;
+	if (!m)
+		skip();
+	m[0] = 1;
+	m[len - PG] = 1;
+	ram = own_ram(m, len);
+	cpu = process_cpu();
+	pg = kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = KVMSTATS_PAGEMAP_READ,
+		.timeout_ms = 1 });
+	cpu = process_cpu() - cpu;
+	assert_non_null(pg);
+	c = kvmstats_pages__counts(pg);
+	if (cpu > 0.5)	/* about 2 s read whole */
+		fail_msg("%.2f s of CPU for a pass of 1 ms", cpu);
+	assert_true(c->unclassified > 0 && c->unclassified < c->pages);
+	assert_true(c->swapped >= c->unclassified);
+	assert_true(c->present + c->swapped + c->cached + c->none == c->pages);
+	assert_true(kvmstats_pages__candidate(pg, 0, 0));
+	assert_false(kvmstats_pages__candidate(pg, 0, len / PG - 1));
+	assert_int_equal(kvmstats_pages__scan(pg, NULL, &e), 0);
+	assert_true(e.unknown_pages >= c->unclassified && e.nonzero_pages == 1);
+	assert_non_null(strstr(e.note, "not classified within the pagemap pass's time"));
+	assert_null(kvmstats_dirty__new(pg, &(struct kvmstats_dirty_opts){
+		.sz = sizeof(struct kvmstats_dirty_opts), .seed = 7 }));
+	assert_int_equal(errno, ETIME);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, len);
+}
+
+/* A memfd of 2 TiB the VMM maps whole and has not touched, two pages
+ * of it written through the file: out of time, the file is not looked
+ * at either, so no page is zero for want of being looked at. */
+static void test_classify_late_file(void **state)
+{
+	const size_t len = 2ull << 40;
+	const struct kvmstats_pagemap_counts *c;
+	unsigned char page[PG], *m;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	int fd = memfd_create("kvmstats-test", MFD_CLOEXEC);
+
+	(void)state;
+	assert_true(fd >= 0);
+	if (ftruncate(fd, (off_t)len)) {
+		close(fd);
+		skip();
+	}
+	memset(page, 0x5a, sizeof(page));
+	assert_int_equal(pwrite(fd, page, PG, 0), PG);
+	assert_int_equal(pwrite(fd, page, PG, (off_t)(len - PG)), PG);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+	assert_true(m != MAP_FAILED);
+	ram = own_ram(m, len);
+	pg = kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = KVMSTATS_PAGEMAP_READ,
+		.timeout_ms = 1 });
+	assert_non_null(pg);
+	c = kvmstats_pages__counts(pg);
+	assert_int_equal(c->present, 0);
+	assert_int_equal(c->cached, 0);
+	assert_int_equal(c->none, 0);
+	assert_true(c->swapped == c->pages && c->unclassified == c->pages);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, len);
+	close(fd);
+}
+
 /* ---- dirty sampler ---- */
 
 static void test_dirty(void **state)
@@ -1285,6 +1370,8 @@ int main(void)
 		cmocka_unit_test(test_shmem_truncated),
 		cmocka_unit_test(test_scan_sparse),
 		cmocka_unit_test(test_dirty_sparse),
+		cmocka_unit_test(test_classify_late),
+		cmocka_unit_test(test_classify_late_file),
 		cmocka_unit_test(test_dirty),
 		cmocka_unit_test(test_compress_sample),
 		cmocka_unit_test(test_qmp_blocks),
