@@ -517,6 +517,18 @@ static unsigned char *reserve(size_t len)
 	return m;
 }
 
+/* @len of reserved address space with a page written at each end, as
+ * the RAM of a VMM; NULL where the space could not be reserved. */
+static struct kvmstats_ram *reserve_ends(size_t len, unsigned char **m)
+{
+	*m = reserve(len);
+	if (!*m)
+		return NULL;
+	(*m)[0] = 1;
+	(*m)[len - PG] = 1;
+	return own_ram(*m, len);
+}
+
 /* 256 GiB with one page of data, at its end: each of the scan's 65536
  * chunks looked for its next candidate up to the region's end, not its
  * own (7 s of CPU; quadratic: a TiB took two minutes). */
@@ -554,19 +566,17 @@ static void test_scan_sparse(void **state)
 static void test_dirty_sparse(void **state)
 {
 	const size_t len = 4ull << 40;
-	unsigned char *m = reserve(len);
 	struct kvmstats_dirty_result r;
 	struct kvmstats_ram *ram;
 	struct kvmstats_pages *pg;
 	struct kvmstats_dirty *d;
+	unsigned char *m;
 	double cpu;
 
 	(void)state;
-	if (!m)
+	ram = reserve_ends(len, &m);
+	if (!ram)
 		skip();
-	m[0] = 1;
-	m[len - PG] = 1;
-	ram = own_ram(m, len);
 	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
 	assert_non_null(pg);
 	d = kvmstats_dirty__new(pg, &(struct kvmstats_dirty_opts){
@@ -586,6 +596,14 @@ static void test_dirty_sparse(void **state)
 	munmap(m, len);
 }
 
+/* A pass of 8-byte pagemap entries given 1 ms. */
+static struct kvmstats_pages *classify_in_1ms(struct kvmstats_ram *ram)
+{
+	return kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = KVMSTATS_PAGEMAP_READ,
+		.timeout_ms = 1 });
+}
+
 /* The pass's time, against a VMM's address space: 2 TiB with a page
  * written at each end is 512 Mi pagemap entries (about 2 s); within 1 ms
  * the pass stops, and every page it did not reach is unknown, never
@@ -594,23 +612,19 @@ static void test_dirty_sparse(void **state)
 static void test_classify_late(void **state)
 {
 	const size_t len = 2ull << 40;
-	unsigned char *m = reserve(len);
 	const struct kvmstats_pagemap_counts *c;
 	struct kvmstats_estimate e;
 	struct kvmstats_ram *ram;
 	struct kvmstats_pages *pg;
+	unsigned char *m;
 	double cpu;
 
 	(void)state;
-	if (!m)
+	ram = reserve_ends(len, &m);
+	if (!ram)
 		skip();
-	m[0] = 1;
-	m[len - PG] = 1;
-	ram = own_ram(m, len);
 	cpu = process_cpu();
-	pg = kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
-		.sz = sizeof(struct kvmstats_pages_opts), .mode = KVMSTATS_PAGEMAP_READ,
-		.timeout_ms = 1 });
+	pg = classify_in_1ms(ram);
 	cpu = process_cpu() - cpu;
 	assert_non_null(pg);
 	c = kvmstats_pages__counts(pg);
@@ -656,9 +670,7 @@ static void test_classify_late_file(void **state)
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
 	assert_true(m != MAP_FAILED);
 	ram = own_ram(m, len);
-	pg = kvmstats_pages__classify(ram, &(struct kvmstats_pages_opts){
-		.sz = sizeof(struct kvmstats_pages_opts), .mode = KVMSTATS_PAGEMAP_READ,
-		.timeout_ms = 1 });
+	pg = classify_in_1ms(ram);
 	assert_non_null(pg);
 	c = kvmstats_pages__counts(pg);
 	assert_int_equal(c->present, 0);
