@@ -9,7 +9,7 @@
  * ceph), each of those is a request that may never be answered, and we
  * would wait in uninterruptible sleep: a VMM can run a FUSE daemon
  * (allow_other) and map its file. So the link is opened with O_PATH (no
- * file system's open), its device taken from the attributes the kernel
+ * file system's open), its mount taken from the attributes the kernel
  * holds (statx with AT_STATX_DONT_SYNC; fstatfs is a request), and the
  * file is read only on a file system the kernel serves alone, from
  * memory or a local block device (mounting one takes the host's
@@ -36,8 +36,7 @@
 #define KS_MOUNTS_MAX 4096
 #define KS_MOUNTINFO_MAX_BYTES (4u << 20)
 
-/* File systems the kernel serves alone. (A btrfs subvolume's own device
- * is in no mountinfo: refused.) */
+/* File systems the kernel serves alone. */
 static const char *const kernel_fs[] = {
 	"tmpfs", "hugetlbfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs",
 	"f2fs",
@@ -66,13 +65,13 @@ static void probe_memfd_devs(struct kvmstats_ram *ram)
 	}
 }
 
-/* One line of mountinfo: its device and file system type. */
+/* One line of mountinfo: its mount ID, device and file system type. */
 static bool parse_mount(const char *line, struct ks_mount *m)
 {
 	const char *sep = strstr(line, " - ");
 	unsigned int maj, min;
 
-	if (!sep || sscanf(line, "%*d %*d %u:%u", &maj, &min) != 2)
+	if (!sep || sscanf(line, "%" SCNu64 " %*d %u:%u", &m->id, &maj, &min) != 3)
 		return false;
 	m->dev = makedev(maj, min);
 	snprintf(m->type, sizeof(m->type), "%.*s",
@@ -118,6 +117,16 @@ static bool kernel_served(const char *type)
 	return false;
 }
 
+/* The file's mount is found by its ID where the kernel gives it (5.8+):
+ * a btrfs subvolume's files have a device of their own, which no
+ * mountinfo line names; by its device otherwise. */
+static bool same_mount(const struct ks_mount *m, const struct statx *stx, dev_t dev)
+{
+	if (stx->stx_mask & STATX_MNT_ID)
+		return m->id == stx->stx_mnt_id;
+	return m->dev == dev;
+}
+
 int ks_file_readable(const struct kvmstats_ram *ram, int fd, char *type,
 		     size_t len)
 {
@@ -126,7 +135,7 @@ int ks_file_readable(const struct kvmstats_ram *ram, int fd, char *type,
 
 	snprintf(type, len, "?");
 	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
-		  STATX_TYPE | STATX_INO, &stx))
+		  STATX_TYPE | STATX_INO | STATX_MNT_ID, &stx))
 		return -errno;
 	if (!S_ISREG(stx.stx_mode))
 		return -EINVAL;
@@ -135,7 +144,7 @@ int ks_file_readable(const struct kvmstats_ram *ram, int fd, char *type,
 		if (ram->memfd_dev[i] && ram->memfd_dev[i] == dev)
 			return 0;
 	for (size_t i = 0; i < ram->nmounts; i++) {
-		if (ram->mounts[i].dev != dev)
+		if (!same_mount(&ram->mounts[i], &stx, dev))
 			continue;
 		snprintf(type, len, "%s", ram->mounts[i].type);
 		return kernel_served(type) ? 0 : -EREMOTE;

@@ -15,6 +15,7 @@
 
 /* A mount of the VMM's (mem_file.c). */
 struct ks_mount {
+	uint64_t id;		/* mountinfo's mount ID (statx's stx_mnt_id) */
 	dev_t dev;
 	char type[32];
 };

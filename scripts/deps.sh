@@ -14,7 +14,7 @@ libcap-ng-dev zlib1g-dev libzstd-dev libyaml-dev libcrypt-dev"
 test="$build libvirt-dev libcmocka-dev clang libclang-rt-dev llvm
 qemu-system-x86 qemu-system-arm jq tmux prometheus wrk binutils socat procps psmisc
 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
-curl openssl xz-utils python3 python3-yaml debootstrap libfuse3-dev
+curl openssl xz-utils python3 python3-yaml debootstrap libfuse3-dev btrfs-progs
 debhelper dpkg-dev lintian gcc-aarch64-linux-gnu qemu-user"
 lab="$build libvirt-dev libcmocka-dev
 qemu-system-x86 jq tmux prometheus wrk binutils socat procps psmisc

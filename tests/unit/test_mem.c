@@ -427,6 +427,97 @@ static void test_shmem(void **state)
 	close(fd);
 }
 
+/* ---- file systems the planner reads ---- */
+
+/* A btrfs image mounted on a directory of its own, with a subvolume:
+ * root and btrfs-progs only (a loop device). */
+struct btrfs_mnt {
+	char dir[64];
+	bool mounted;
+};
+
+static int btrfs_up(void **state)
+{
+	static struct btrfs_mnt b;
+	char cmd[512];
+
+	memset(&b, 0, sizeof(b));
+	*state = &b;
+	snprintf(b.dir, sizeof(b.dir), "/tmp/kvmstats-btrfs.XXXXXX");
+	if (geteuid() || system("command -v mkfs.btrfs >/dev/null") || !mkdtemp(b.dir))
+		return 0;
+	snprintf(cmd, sizeof(cmd), "truncate -s 256M %s.img && mkfs.btrfs -q -f "
+		 "%s.img >/dev/null 2>&1 && mount -o loop %s.img %s && btrfs -q "
+		 "subvolume create %s/sub >/dev/null", b.dir, b.dir, b.dir, b.dir, b.dir);
+	b.mounted = !system(cmd);
+	return 0;
+}
+
+static int btrfs_down(void **state)
+{
+	struct btrfs_mnt *b = *state;
+	char cmd[256];
+
+	if (!b->dir[0] || strchr(b->dir, 'X'))
+		return 0;
+	snprintf(cmd, sizeof(cmd), "umount -l %s 2>/dev/null; rm -f %s.img; rmdir %s",
+		 b->dir, b->dir, b->dir);
+	return system(cmd) ? -1 : 0;
+}
+
+/* 16 MiB of @path mapped shared, 4 pages written through the mapping
+ * and 8 more through the file only: every page is known. */
+static void file_pages_known(const char *path)
+{
+	const size_t len = 16u << 20;
+	const struct kvmstats_pagemap_counts *c;
+	unsigned char page[PG], *m;
+	struct kvmstats_ram *ram;
+	struct kvmstats_pages *pg;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	memset(page, 0x5a, sizeof(page));
+	for (unsigned int i = 100; i < 108; i++)
+		assert_int_equal(pwrite(fd, page, PG, (off_t)i * PG), PG);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	for (unsigned int i = 0; i < 4; i++)
+		m[(size_t)i * PG] = 7;
+	ram = own_ram(m, len);
+	assert_null(strstr(kvmstats_ram__region(ram, 0)->why, "not read"));
+	pg = classify(ram, KVMSTATS_PAGEMAP_AUTO);
+	assert_non_null(pg);
+	c = kvmstats_pages__counts(pg);
+	assert_int_equal(c->present, 4);
+	assert_int_equal(c->cached, 8);
+	assert_int_equal(c->swapped, 0);
+	kvmstats_pages__free(pg);
+	kvmstats_ram__free(ram);
+	munmap(m, len);
+	close(fd);
+	unlink(path);
+}
+
+/* btrfs is read, its subvolumes too: a file's device (statx) is its
+ * subvolume's, which no mountinfo line names, even for the top volume
+ * (0:42 where mountinfo says 0:41), so its mount is found by its ID.
+ * Found by device, every btrfs file was refused and the pages the VMM
+ * does not map were unknown (8 here). */
+static void test_file_btrfs(void **state)
+{
+	const struct btrfs_mnt *b = *state;
+	char path[96];
+
+	if (!b->mounted)
+		skip();	/* root, btrfs-progs and a loop device */
+	snprintf(path, sizeof(path), "%s/ram", b->dir);
+	file_pages_known(path);
+	snprintf(path, sizeof(path), "%s/sub/ram", b->dir);
+	file_pages_known(path);
+}
+
 /* A VMM that truncates its memfd under us: pages 0-99 written through
  * the mapping, 100-109 through the file (cached), then the file cut to
  * 50 pages. Reading must not fault (a load past the file's end is
@@ -1384,6 +1475,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_sparse),
 		cmocka_unit_test(test_classify_late),
 		cmocka_unit_test(test_classify_late_file),
+		cmocka_unit_test_setup_teardown(test_file_btrfs, btrfs_up, btrfs_down),
 		cmocka_unit_test(test_dirty),
 		cmocka_unit_test(test_compress_sample),
 		cmocka_unit_test(test_qmp_blocks),
