@@ -10,7 +10,7 @@
 #  - reading never faults a page in (the RAM mappings' Rss before/after)
 #    and never changes guest memory (pmemsave before/after);
 #  - a guest rewriting a region: plan --method sample --interval 1 agrees
-#    with QEMU's calc-dirty-rate (page-sampling, calc-time 2) within 25%;
+#    with QEMU's calc-dirty-rate (page-sampling, calc-time 4) within 25%;
 #  - a VM exiting mid-scan ends its own scan cleanly, the other VM's plan
 #    is unaffected;
 #  - the stats tier: where KVM counts pages_* (a stock KVM),
@@ -250,13 +250,16 @@ check "VM exiting mid-scan: the other VM's plan is whole" jq -e \
 	"$TMP/exit.json"
 
 # Dirty rate against QEMU's calc-dirty-rate: the guest rewrites 32 MiB
-# (a byte per page per pass) for as long as it runs, a pass in well under
-# the 2 s window even under emulation, so both windows see every page of
-# it dirtied: 16 MiB/s whatever the guest's speed in either window. (With
+# (a byte per page per pass) for as long as it runs, a pass well within
+# the 4 s window even under emulation, so both windows see every page of
+# it dirtied: 8 MiB/s whatever the guest's speed in either window. (With
 # 1 s windows a pass took 1.3 s once in the lab, nested on a kvm_pvm host:
-# QEMU's window saw 24 MB/s, ours 32.8.) With 64 MiB, a pass took about the
-# window, and the guest's speed, which drifts from one second to the next
-# under emulation, decided the figures (47.6 against 65 MB/s in one run).
+# QEMU's window saw 24 MB/s, ours 32.8. With 2 s, the labs of CI runs,
+# where the ASan CLI shares the lab's CPUs with the guest, saw 12.7-13.0
+# MiB/s against QEMU's 15-16 MB/s, and once 11.2 against 15: 25% off.)
+# With 64 MiB, a pass took about the window, and the guest's speed, which
+# drifts from one second to the next under emulation, decided the figures
+# (47.6 against 65 MB/s in one run).
 # QEMU samples 16384 pages per GiB, its most (with its default of 512 its
 # own error would be ~10%): 512 of them in the region, +-4%.
 launch dirty 256 'nonzero=64M stride=4K dirty=32M dirtyloop=1'
@@ -264,8 +267,8 @@ if ready dirty; then
 	sleep 1
 	# The two windows overlap: QEMU's calculation runs in its own
 	# thread once started, ours starts right after.
-	q dirty '{"execute":"calc-dirty-rate","arguments":{"calc-time":2,"mode":"page-sampling","sample-pages":16384}}' >/dev/null
-	mine=$("$KVMSTATS" plan --pid "$PID_dirty" --method sample --interval 2 --json |
+	q dirty '{"execute":"calc-dirty-rate","arguments":{"calc-time":4,"mode":"page-sampling","sample-pages":16384}}' >/dev/null
+	mine=$("$KVMSTATS" plan --pid "$PID_dirty" --method sample --interval 4 --json |
 		jq '.vms[0].dirty_pages_per_second * 4096 / 1048576')
 	qemu_rate=""
 	for _ in $(seq "$(slow 40)"); do
@@ -277,8 +280,10 @@ if ready dirty; then
 		sleep 0.2
 	done
 	echo "# dirty rate: kvmstats $mine MiB/s, QEMU calc-dirty-rate $qemu_rate MB/s"
-	check "the guest dirties memory (QEMU sees it)" test "${qemu_rate:-0}" -gt 10
-	check "dirty rate within 25% of QEMU's calc-dirty-rate" within "$mine" "${qemu_rate:-0}" 25
+	check "the guest dirties memory (QEMU sees it)" test "${qemu_rate:-0}" -gt 4
+	# QEMU's figure is whole MB/s, rounded down: the rate was in [q, q+1).
+	check "dirty rate within 25% of QEMU's calc-dirty-rate (${qemu_rate:-0} MB/s, rounded down)" \
+		eval 'within "$mine" "${qemu_rate:-0}" 25 || within "$mine" "$((${qemu_rate:-0} + 1))" 25'
 else
 	fail "dirty VM did not boot"
 fi
