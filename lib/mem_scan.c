@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,23 +143,35 @@ uint64_t ks_sample_size(const struct kvmstats_pages *pg, uint32_t per_gib,
 	return n < population ? n : population;
 }
 
-void ks_note_missing(char *note, size_t len, uint64_t n, const char *what)
+/* Appends to an estimate's note what fits of it. */
+static void note_append(char *note, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void note_append(char *note, size_t len, const char *fmt, ...)
 {
 	size_t used = strlen(note);
+	va_list ap;
 
-	if (used < len)
-		snprintf(note + used, len - used, "; %" PRIu64 " %s page%s went "
-			 "missing while read", n, what, n == 1 ? "" : "s");
+	if (used >= len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(note + used, len - used, fmt, ap);
+	va_end(ap);
+}
+
+void ks_note_missing(char *note, size_t len, uint64_t n, const char *what)
+{
+	note_append(note, len, "; %" PRIu64 " %s page%s went missing while read",
+		    n, what, n == 1 ? "" : "s");
 }
 
 void ks_note_unclassified(char *note, size_t len, const struct kvmstats_pages *pg)
 {
-	size_t used = strlen(note);
 	uint64_t n = pg->c.unclassified;
 
-	if (n && used < len)
-		snprintf(note + used, len - used, "; %" PRIu64 " page%s not classified "
-			 "within the pagemap pass's time: unknown", n, n == 1 ? "" : "s");
+	if (n)
+		note_append(note, len, "; %" PRIu64 " page%s not classified within "
+			    "the pagemap pass's time: unknown", n, n == 1 ? "" : "s");
 }
 
 #define FETCH 256	/* pages per fetch: 1 MiB */
