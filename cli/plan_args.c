@@ -225,28 +225,42 @@ static bool sleep_until(plan_sleep_fn sleep, void *arg, double t)
 	return false;
 }
 
+/* Sleep until @p's dirty baseline is @at seconds old: each VM's points
+ * are timed from its own baseline, so its interval is the one asked for
+ * however long the baselines read after it took (timed from the last
+ * one's end, the ASan CLI in the lab read a 4 s rate over 4.7 s). */
+static bool sleep_until_age(plan_sleep_fn sleep, void *arg,
+			    const struct kvmstats_plan *p, double at)
+{
+	double age;
+
+	if (kvmstats_plan__dirty_age(p, &age))
+		return false;
+	return sleep_until(sleep, arg, plan_now_s() + at - age);
+}
+
 bool plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval,
 		  plan_sleep_fn sleep, void *arg)
 {
-	double t0;
-
 	for (size_t i = 0; interval > 0 && i < n; i++)
 		if (plan_ok(plans[i]))
 			kvmstats_plan__dirty_begin(plans[i]);
-	t0 = plan_now_s();
 	for (unsigned int k = 0; interval > 0 && k < PLAN_DIRTY_POINTS; k++) {
-		double at = t0 + interval / (double)(1u << (PLAN_DIRTY_POINTS - 1 - k));
+		double at = interval / (double)(1u << (PLAN_DIRTY_POINTS - 1 - k));
 
-		if (sleep_until(sleep, arg, at))
-			return false;
-		for (size_t i = 0; i < n; i++)
-			if (plan_ok(plans[i]))
-				kvmstats_plan__dirty_point(plans[i]);
+		for (size_t i = 0; i < n; i++) {
+			if (!plan_ok(plans[i]))
+				continue;
+			if (sleep_until_age(sleep, arg, plans[i], at))
+				return false;
+			kvmstats_plan__dirty_point(plans[i]);
+		}
 	}
-	t0 = plan_now_s();
 	for (size_t i = 0; i < n; i++)
 		if (plans[i])
 			kvmstats_plan__predict(plans[i]);
+	/* The points added for an uncertain verdict: at 2 and 3 intervals,
+	 * as kvmstats_plan__run() adds them. */
 	for (unsigned int k = 1; interval > 0 && k <= PLAN_EXTRA; k++) {
 		size_t more = 0;
 
@@ -254,11 +268,11 @@ bool plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval,
 			more += plan_uncertain(plans[i]);
 		if (!more)
 			return true;
-		if (sleep_until(sleep, arg, t0 + interval * k))
-			return false;
 		for (size_t i = 0; i < n; i++) {
 			if (!plan_uncertain(plans[i]))
 				continue;
+			if (sleep_until_age(sleep, arg, plans[i], interval * (k + 1)))
+				return false;
 			kvmstats_plan__dirty_extend(plans[i]);
 			kvmstats_plan__predict(plans[i]);
 		}

@@ -49,13 +49,13 @@ void plan_common_fill(const struct plan_common *pc, struct kvmstats_plan_opts *p
  * stop (serve is stopping). */
 typedef bool (*plan_sleep_fn)(void *arg, double t);
 
-/* Every VM measured over the same interval, as `plan`, `drain` and serve's
- * planner do: the dirty rate (baselines, then the PLAN_DIRTY_POINTS
- * points), the prediction, and for a VM whose verdict depends on the
- * sample, up to two more intervals on the same curve. @plans[i] may be
- * NULL; their zero pages are estimated already. @sleep NULL sleeps with
- * plan_sleep_until(). False when @sleep stopped it: the plans are then
- * not all predicted. */
+/* Every VM measured over the same interval (each from its own baseline),
+ * as `plan`, `drain` and serve's planner do: the dirty rate (baselines,
+ * then the PLAN_DIRTY_POINTS points), the prediction, and for a VM whose
+ * verdict depends on the sample, up to two more intervals on the same
+ * curve. @plans[i] may be NULL; their zero pages are estimated already.
+ * @sleep NULL sleeps with plan_sleep_until(). False when @sleep stopped
+ * it: the plans are then not all predicted. */
 bool plan_measure(struct kvmstats_plan *const *plans, size_t n, double interval,
 		  plan_sleep_fn sleep, void *arg);
 

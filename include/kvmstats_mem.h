@@ -596,6 +596,12 @@ KVMSTATS_API int kvmstats_plan__estimate(struct kvmstats_plan *p);
  * interval: begin takes the baseline, point adds one point now. */
 KVMSTATS_API int kvmstats_plan__dirty_begin(struct kvmstats_plan *p);
 KVMSTATS_API int kvmstats_plan__dirty_point(struct kvmstats_plan *p);
+/* Seconds since the baseline began to be read: a point's interval runs
+ * from there, so a caller measuring many VMs times each VM's points by
+ * its own age (the baselines are read one after the other). -ENODATA
+ * when no dirty rate was begun. */
+KVMSTATS_API int kvmstats_plan__dirty_age(const struct kvmstats_plan *p,
+					  double *age_s);
 /* One more dirty-rate interval on the same curve (a point at a longer
  * time), for a VM whose verdict is uncertain; counted in dirty_samples. */
 KVMSTATS_API int kvmstats_plan__dirty_extend(struct kvmstats_plan *p);

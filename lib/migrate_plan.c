@@ -391,6 +391,14 @@ int kvmstats_plan__dirty_begin(struct kvmstats_plan *p)
 	return 0;
 }
 
+int kvmstats_plan__dirty_age(const struct kvmstats_plan *p, double *age_s)
+{
+	if (!p || !p->dirty)
+		return -ENODATA;
+	*age_s = ks_dirty_age(p->dirty);
+	return 0;
+}
+
 /* The rate is the one over the interval asked for, as QEMU's
  * calc-dirty-rate gives it: the points sampling more added past it (an
  * uncertain verdict) only extend the curve the model reads. A working
