@@ -232,6 +232,8 @@ static const struct cli_opt drain_opts[] = {
 	  "each migration's own bandwidth limit (suffix K, M or G)" },
 	{ "downtime", OPT_PLAN_DOWNTIME, 0, "MS", "QEMU's, else 300",
 	  "downtime limit of each migration" },
+	{ "pagemap-timeout", OPT_PLAN_PAGEMAP_TIMEOUT, 0, "SECONDS", "10",
+	  "pages not classified by then are unknown (at most 600)" },
 	{ "seed", OPT_PLAN_SEED, 0, "N", "from the clock",
 	  "seed of the random samples, for reproducible output" },
 	{ "parallel", OPT_PLAN_PARALLEL, 0, "N", "QEMU's",

@@ -265,6 +265,8 @@ static const struct cli_opt plan_opts[] = {
 	  "guest RAM is these ranges of the VMM (repeatable)" },
 	{ "pagemap", OPT_PAGEMAP, 0, "MODE", "auto",
 	  "classify with PAGEMAP_SCAN (scan), pagemap entries (read), or auto" },
+	{ "pagemap-timeout", OPT_PLAN_PAGEMAP_TIMEOUT, 0, "SECONDS", "10",
+	  "pages not classified by then are unknown (at most 600)" },
 	{ "seed", OPT_PLAN_SEED, 0, "N", "from the clock",
 	  "seed of the random samples, for reproducible output" },
 	{ "parallel", OPT_PLAN_PARALLEL, 0, "N", "QEMU's",

@@ -111,6 +111,28 @@ int plan_select_pids(struct cli *cli, const struct target_args *t, pid_t **out)
 	return n;
 }
 
+/* The pagemap pass's time: a VMM picks its address space, and on kernels
+ * without PAGEMAP_SCAN the pass costs about 1 s per TiB of it; the
+ * default bound (10 s) leaves an honest VM of more than ~9 TiB partly
+ * unknown there. Bounded all the same: a plan must end. */
+#define PAGEMAP_TIMEOUT_MAX_S 600.0
+
+static bool parse_pagemap_timeout(const struct cli *cli, const char *arg,
+				  unsigned int *ms)
+{
+	double s;
+
+	if (!plan_parse_double(cli, "--pagemap-timeout", arg, 0.001, &s))
+		return false;
+	if (s > PAGEMAP_TIMEOUT_MAX_S) {
+		cli_err(cli, "--pagemap-timeout: '%s' is more than %g s", arg,
+			PAGEMAP_TIMEOUT_MAX_S);
+		return false;
+	}
+	*ms = (unsigned int)lround(s * 1000);
+	return true;
+}
+
 /* --parallel N, --compressed zlib|zstd, --auto-converge, --postcopy
  * (named by @opt) into @mig; false after an error message. */
 static bool parse_migration(const struct cli *cli, const char *opt, const char *arg,
@@ -180,6 +202,9 @@ int plan_common_opt(const struct cli *cli, struct plan_common *pc, int c,
 		ok = plan_parse_rate(cli, "--postcopy-bandwidth", arg,
 				     &pc->mig.postcopy_bw);
 		break;
+	case OPT_PLAN_PAGEMAP_TIMEOUT:
+		ok = parse_pagemap_timeout(cli, arg, &pc->pagemap_timeout_ms);
+		break;
 	default:
 		return 0;
 	}
@@ -194,6 +219,7 @@ void plan_common_fill(const struct plan_common *pc, struct kvmstats_plan_opts *p
 	po->bandwidth = pc->bandwidth;
 	po->downtime_ms = pc->downtime_ms;
 	po->seed = pc->seed;
+	po->pagemap_timeout_ms = pc->pagemap_timeout_ms;
 }
 
 /* Measured without error so far. */

@@ -13,6 +13,7 @@ struct plan_common {
 	double bandwidth;	/* bytes/s; 0: QEMU's */
 	double downtime_ms;	/* 0: QEMU's */
 	uint64_t seed;		/* 0: from the clock */
+	unsigned int pagemap_timeout_ms;	/* 0: the library's 10 s */
 	struct kvmstats_migrate_overrides mig;	/* --parallel ... */
 };
 
@@ -33,6 +34,7 @@ enum {
 	OPT_PLAN_AUTO_CONVERGE,
 	OPT_PLAN_POSTCOPY,
 	OPT_PLAN_POSTCOPY_BW,
+	OPT_PLAN_PAGEMAP_TIMEOUT,
 	OPT_PLAN_CMD_BASE,
 };
 

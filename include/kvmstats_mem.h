@@ -539,6 +539,8 @@ struct kvmstats_plan_opts {
 	/* NULL: this plan's question is its own. */
 	struct kvmstats_libvirt_guard *libvirt_guard;
 	double link_bw;	/* bytes/s of the link; 0: not known */
+	/* The pagemap pass's time (kvmstats_pages_opts); 0: 10 s. */
+	unsigned int pagemap_timeout_ms;
 };
 
 struct kvmstats_plan_vm {

@@ -216,7 +216,8 @@ static int new_pages(struct kvmstats_dirty *d, double *nonzero)
 	now = kvmstats_pages__classify(old->ram, &(struct kvmstats_pages_opts){
 		.sz = sizeof(struct kvmstats_pages_opts),
 		.mode = strcmp(old->mode, "pagemap") ? KVMSTATS_PAGEMAP_SCAN
-						     : KVMSTATS_PAGEMAP_READ });
+						     : KVMSTATS_PAGEMAP_READ,
+		.timeout_ms = old->timeout_ms });
 	if (!now)
 		return -errno;
 	if (now->c.unclassified) {

@@ -56,6 +56,7 @@ struct kvmstats_pages {
 	const struct kvmstats_ram *ram;
 	struct kvmstats_pagemap_counts c;
 	const char *mode;
+	unsigned int timeout_ms;	/* as asked: a dirty point classifies again */
 	double elapsed;
 	size_t n;
 	struct ks_pg_region *r;

@@ -525,6 +525,7 @@ struct kvmstats_pages *kvmstats_pages__classify(const struct kvmstats_ram *ram,
 	if (!pg)
 		goto nomem;
 	pg->ram = ram;
+	pg->timeout_ms = o.timeout_ms;
 	pg->n = ram->n;
 	pg->r = calloc(ram->n ? ram->n : 1, sizeof(*pg->r));
 	if (!pg->r)

@@ -276,7 +276,8 @@ static int classify(struct kvmstats_plan *p)
 	if (p->pg)
 		return 0;
 	p->pg = kvmstats_pages__classify(p->ram, &(struct kvmstats_pages_opts){
-		.sz = sizeof(struct kvmstats_pages_opts), .mode = p->o.pagemap_mode });
+		.sz = sizeof(struct kvmstats_pages_opts), .mode = p->o.pagemap_mode,
+		.timeout_ms = p->o.pagemap_timeout_ms });
 	if (!p->pg)
 		return fail(p, -errno, "%s", errno == ESRCH ? "the VM exited" :
 			    strerror(errno));
