@@ -31,8 +31,9 @@
 # this machine's KVM is not a stock one. qemu: once per tested QEMU (the
 # system's, and QEMU 10.0 from bookworm-backports, fetched by
 # tests/qemu/fetch.sh). nosan: not with the ASan+UBSan CLI. acceptance:
-# an issue's acceptance test the code does not meet yet, run only with
-# KVMSTATS_TEST_ACCEPTANCE=1. lockdown: in the lab, a boot of its own
+# an issue's acceptance test whose figures are QEMU's migration times,
+# which hold on a machine to itself, not beside CI's builds and other
+# labs: run only with KVMSTATS_TEST_ACCEPTANCE=1. lockdown: in the lab, a boot of its own
 # with the kernel locked down (lockdown=integrity: debugfs refuses KVM's
 # counter files), which a test of what is unknown needs. labqemu: a qemu script the lab runs with
 # every QEMU too where this machine has no KVM (see lab_items). Unit tests
@@ -157,8 +158,9 @@ scripts() {
 	for t in tests/integration/*.sh; do
 		tag "$t" "needs=$1" || continue
 		[ -z "${2:-}" ] || tag "$t" "$2" || continue
-		# An issue's acceptance test the code does not meet yet runs
-		# when asked for, never counted as a pass or a skip.
+		# An issue's acceptance test (real migrations timed: a
+		# machine to itself) runs when asked for, never counted as a
+		# pass or a skip.
 		tag "$t" acceptance && [ "${KVMSTATS_TEST_ACCEPTANCE:-0}" != 1 ] && continue
 		echo "$t"
 	done
