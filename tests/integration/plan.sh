@@ -9,7 +9,7 @@
 #    anonymous RAM and for a memfd backend (read from its file);
 #  - reading never faults a page in (the RAM mappings' Rss before/after)
 #    and never changes guest memory (pmemsave before/after);
-#  - a guest rewriting a region: plan --method sample --interval 1 agrees
+#  - a guest rewriting a region: plan --method sample --interval 4 agrees
 #    with QEMU's calc-dirty-rate (page-sampling, calc-time 4) within 25%;
 #  - a VM exiting mid-scan ends its own scan cleanly, the other VM's plan
 #    is unaffected;
